@@ -1,0 +1,22 @@
+"""skfedclust: federated clustering for scikit-learn.
+
+Each estimator simulates a multi-party protocol faithfully (what each client
+computes, what crosses the wire, what the server learns) behind the usual
+``fit`` / ``predict`` / ``labels_`` API.
+"""
+
+from ._base import BaseFederatedClustering
+from ._federation import SERVER, Federation, Ledger, map_clients
+from ._kfed import KFed
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BaseFederatedClustering",
+    "Federation",
+    "KFed",
+    "Ledger",
+    "SERVER",
+    "map_clients",
+    "__version__",
+]

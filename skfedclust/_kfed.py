@@ -1,0 +1,262 @@
+"""k-FED: one-shot federated k-means (Dennis, Li & Smith, ICML 2021)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.metrics import pairwise_distances_argmin
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._federation import map_clients
+
+__all__ = ["KFed"]
+
+
+# ---------------------------------------------------------------- client side
+def kfed_client_centers(X_client, seed, n_local_clusters, *, n_init, max_iter):
+    """Client step: k-means on the client's own rows.
+
+    Returns the local centers, the number of rows each one holds and the
+    number of Lloyd iterations run (a diagnostic that stays on the client).
+    """
+    km = KMeans(n_clusters=n_local_clusters, n_init=n_init, max_iter=max_iter, random_state=seed)
+    km.fit(X_client)
+    sizes = np.bincount(km.labels_, minlength=n_local_clusters)
+    return km.cluster_centers_, sizes, km.n_iter_
+
+
+def nearest_center_labels(X_client, seed, *, centers):
+    """Client step: label the client's rows by the nearest global center."""
+    return pairwise_distances_argmin(X_client, centers)
+
+
+# ---------------------------------------------------------------- server side
+def farthest_point_seeds(candidates, initial, n_clusters):
+    """Grow ``initial`` seeds to ``n_clusters`` by repeatedly adding the farthest candidate.
+
+    The farthest candidate is the one with the largest distance to its nearest
+    current seed.
+    """
+    seeds = [np.asarray(c) for c in initial]
+    d2 = ((candidates[:, None, :] - np.asarray(initial)[None, :, :]) ** 2).sum(-1).min(axis=1)
+    while len(seeds) < n_clusters:
+        far = int(np.argmax(d2))
+        seeds.append(candidates[far])
+        d2 = np.minimum(d2, ((candidates - candidates[far]) ** 2).sum(axis=1))
+    return np.vstack(seeds)
+
+
+def kfed_server_aggregate(
+    local_centers, local_sizes, *, n_clusters, seed_client, n_lloyd_steps, weighted
+):
+    """Server step of k-FED on the uploaded local centers.
+
+    Seeds with the centers of ``seed_client``, adds centers by farthest point
+    until there are ``n_clusters``, then runs ``n_lloyd_steps`` Lloyd iterations
+    on the pooled local centers (weighted by local cluster size if ``weighted``).
+    """
+    pooled = np.vstack(local_centers)
+    weights = np.concatenate(local_sizes).astype(float) if weighted else np.ones(len(pooled))
+    initial = local_centers[seed_client][:n_clusters]
+    centers = farthest_point_seeds(pooled, initial, n_clusters)
+    for _ in range(n_lloyd_steps):
+        assign = pairwise_distances_argmin(pooled, centers)
+        mass = np.bincount(assign, weights=weights, minlength=n_clusters)
+        sums = np.zeros_like(centers)
+        np.add.at(sums, assign, pooled * weights[:, None])
+        moved = mass > 0
+        new_centers = centers.copy()
+        new_centers[moved] = sums[moved] / mass[moved, None]
+        if np.array_equal(new_centers, centers):
+            break
+        centers = new_centers
+    return centers
+
+
+# ---------------------------------------------------------------- estimator
+class KFed(CentroidPredictMixin, BaseFederatedClustering):
+    """k-FED: one-shot federated k-means.
+
+    Each client runs k-means with ``n_local_clusters`` clusters on its own data
+    and uploads the centers. The server takes the centers of one client as
+    seeds, adds the local center farthest from the current seeds until it has
+    ``n_clusters`` seeds, and runs Lloyd's iteration on the pooled local centers.
+    The global centers are sent back and each client labels its rows by nearest
+    center. One round of communication.
+
+    Read more in the :ref:`User Guide <kfed>`.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of global clusters.
+    n_local_clusters : int, default=None
+        Clusters per client (the paper's k'). ``None`` uses ``n_clusters``,
+        capped at the number of rows of each client; a value given explicitly
+        must not exceed any client's number of rows.
+        k-FED is designed for clients holding ``k' <= sqrt(n_clusters)`` true
+        clusters; the server needs ``n_clients * n_local_clusters >= n_clusters``.
+    seed_client : {"random", "first"} or int, default="random"
+        Client whose centers seed the server step: a random one (as described by
+        the FeCA paper), the first (as in the reference code) or a given index.
+    n_lloyd_steps : int, default=1
+        Lloyd iterations on the pooled local centers after seeding. The
+        reference implementation runs one; larger values run k-means to
+        convergence on the local centers (it stops early once centers stop moving).
+    weighted : bool, default=False
+        Weight the local centers by their local cluster size in the Lloyd step.
+        The paper does not weight.
+    n_init : int, default=10
+        Restarts of the local k-means on each client.
+    max_iter : int, default=300
+        Iterations of each local k-means.
+    partition : int, partition specification or None, default=None
+        How to simulate clients from a pooled ``X``: an int gives that many IID
+        clients, a specification from :mod:`skfedclust.partition` any other
+        split, ``None`` two IID clients. Ignored for a list of client arrays or
+        with ``client_ids``.
+    n_jobs : int, default=None
+        Number of parallel client workers (joblib).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the partition, every client's k-means and the seed client.
+    verbose : int, default=0
+        Print progress per protocol stage.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Global centers.
+    local_centers_ : list of ndarray
+        Centers uploaded by each client.
+    labels_ : ndarray of shape (n_samples,)
+        Nearest-center label of each input row.
+    n_clients_ : int
+        Number of clients.
+    client_sizes_ : ndarray of shape (n_clients,)
+        Rows held by each client.
+    communication_ : dict
+        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`.
+    n_iter_ : int
+        Largest number of Lloyd iterations run by a client's local k-means.
+    n_features_in_ : int
+        Number of features seen during fit.
+
+    References
+    ----------
+    .. [1] D. K. Dennis, T. Li and V. Smith, "Heterogeneity for the win: one-shot
+       federated clustering", ICML 2021.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from skfedclust import KFed
+    >>> X, _ = make_blobs(300, centers=3, random_state=0)
+    >>> clients = [X[:100], X[100:200], X[200:]]
+    >>> est = KFed(n_clusters=3, random_state=0).fit(clients)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]
+    ((3, 2), 1)
+    """
+
+    _parameter_constraints: dict = {
+        **BaseFederatedClustering._parameter_constraints,
+        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_local_clusters": [None, Interval(numbers.Integral, 1, None, closed="left")],
+        "seed_client": [
+            StrOptions({"random", "first"}),
+            Interval(numbers.Integral, 0, None, closed="left"),
+        ],
+        "n_lloyd_steps": [Interval(numbers.Integral, 0, None, closed="left")],
+        "weighted": ["boolean"],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        n_local_clusters=None,
+        seed_client="random",
+        n_lloyd_steps=1,
+        weighted=False,
+        n_init=10,
+        max_iter=300,
+        partition=None,
+        n_jobs=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.n_local_clusters = n_local_clusters
+        self.seed_client = seed_client
+        self.n_lloyd_steps = n_lloyd_steps
+        self.weighted = weighted
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.partition = partition
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _min_client_samples(self):
+        return 1 if self.n_local_clusters is None else self.n_local_clusters
+
+    def _local_ks(self, federation):
+        if self.n_local_clusters is None:
+            return np.minimum(federation.client_sizes, self.n_clusters)
+        return np.full(federation.n_clients, self.n_local_clusters)
+
+    def _pick_seed_client(self, n_clients, random_state):
+        if self.seed_client == "random":
+            return int(random_state.randint(n_clients))
+        if self.seed_client == "first":
+            return 0
+        if self.seed_client >= n_clients:
+            raise ValueError(f"seed_client={self.seed_client} but there are {n_clients} clients")
+        return int(self.seed_client)
+
+    def _fit_federation(self, federation, ledger, random_state):
+        k_local = self._local_ks(federation)
+        if k_local.sum() < self.n_clusters:
+            raise ValueError(
+                "k-FED needs at least n_clusters local centers in total; the "
+                f"{federation.n_clients} clients give {k_local.sum()} < {self.n_clusters}"
+            )
+        clients = range(federation.n_clients)
+        ledger.stage(f"client step: k-means with {k_local.max()} clusters on each client")
+        uploads = map_clients(
+            kfed_client_centers,
+            zip(federation.clients_data(), federation.seeds, k_local),
+            n_jobs=self.n_jobs,
+            verbose=self.verbose,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+        )
+        for c, (centers, sizes, _) in zip(clients, uploads):
+            ledger.upload(c, (centers, sizes) if self.weighted else centers, round=0, tag="centers")
+        local_centers = [u[0] for u in uploads]
+
+        ledger.stage("server step: farthest-point seeding and Lloyd on local centers")
+        self.cluster_centers_ = kfed_server_aggregate(
+            local_centers,
+            [u[1] for u in uploads],
+            n_clusters=self.n_clusters,
+            seed_client=self._pick_seed_client(federation.n_clients, random_state),
+            n_lloyd_steps=self.n_lloyd_steps,
+            weighted=self.weighted,
+        )
+        ledger.broadcast(self.cluster_centers_, clients, round=0, tag="global centers")
+
+        ledger.stage("client step: nearest-center labels")
+        labels = map_clients(
+            nearest_center_labels,
+            zip(federation.clients_data(), federation.seeds),
+            n_jobs=self.n_jobs,
+            centers=self.cluster_centers_,
+        )
+        self.local_centers_ = local_centers
+        self.n_iter_ = max(u[2] for u in uploads)
+        return federation.gather_rows(labels)
