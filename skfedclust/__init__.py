@@ -5,6 +5,7 @@ computes, what crosses the wire, what the server learns) behind the usual
 ``fit`` / ``predict`` / ``labels_`` API.
 """
 
+from . import datasets, metrics, partition
 from ._base import BaseFederatedClustering
 from ._federation import SERVER, Federation, Ledger, map_clients
 from ._kfed import KFed
@@ -19,4 +20,7 @@ __all__ = [
     "SERVER",
     "map_clients",
     "__version__",
+    "datasets",
+    "metrics",
+    "partition",
 ]

@@ -230,6 +230,20 @@ class DirichletPartition(_BasePartition):
         self.max_draws = max_draws
         self.random_state = random_state
 
+    def _class_shares(self, rng, n_clients, open_clients):
+        p = np.nan_to_num(rng.dirichlet(np.full(n_clients, float(self.alpha))))
+        if self.balance:
+            p = p * open_clients
+        total = p.sum()
+        if not total > 0:
+            # Tiny alpha underflows to all-zero shares: the whole class goes to
+            # one client, which is the limit of the Dirichlet draw as alpha -> 0.
+            candidates = np.flatnonzero(open_clients) if self.balance else np.arange(n_clients)
+            p = np.zeros(n_clients)
+            p[rng.choice(candidates)] = 1.0
+            total = 1.0
+        return p / total
+
     def _split_rows(self, X, y, rng):
         n_clients = _check_positive_int(self.n_clients, "n_clients")
         if not self.alpha > 0:
@@ -245,10 +259,7 @@ class DirichletPartition(_BasePartition):
             sizes = np.zeros(n_clients)
             for idx in by_class:
                 idx = rng.permutation(idx)
-                p = rng.dirichlet(np.full(n_clients, float(self.alpha)))
-                if self.balance:
-                    p = p * (sizes < cap)
-                p = p / p.sum()
+                p = self._class_shares(rng, n_clients, sizes < cap)
                 cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
                 for j, piece in enumerate(np.split(idx, cuts)):
                     batches[j].append(piece)

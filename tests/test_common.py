@@ -1,0 +1,118 @@
+"""Checks every exported estimator against scikit-learn's conventions."""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score, make_scorer
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_param_validation, parametrize_with_checks
+
+from skfedclust.utils import all_estimators
+
+ESTIMATORS = [cls for _, cls in all_estimators()]
+
+# Expected failures of scikit-learn's common checks, each with its reason.
+EXPECTED_FAILED_CHECKS = {}
+
+
+def _instances():
+    return [cls() for cls in ESTIMATORS]
+
+
+def test_discovery_finds_estimators():
+    names = [name for name, _ in all_estimators()]
+    assert "KFed" in names
+    assert names == sorted(names)
+
+
+@parametrize_with_checks(
+    _instances(),
+    expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(type(est).__name__, {}),
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_param_validation(Estimator):
+    check_param_validation(Estimator.__name__, Estimator())
+
+
+def _blobs():
+    return make_blobs(n_samples=120, centers=3, cluster_std=0.6, random_state=0)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_in_pipeline_and_clone(Estimator):
+    X, y = _blobs()
+    est = Estimator(n_clusters=3, random_state=0)
+    pipe = make_pipeline(StandardScaler(), est).fit(X)
+    labels = pipe[-1].labels_
+    assert labels.shape == (len(X),)
+    assert adjusted_rand_score(y, labels) > 0.9
+    cloned = clone(est)
+    assert cloned.get_params() == est.get_params()
+    assert not hasattr(cloned, "labels_")
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_grid_search_over_n_clusters(Estimator):
+    X, y = _blobs()
+    est = Estimator(random_state=0)
+    if not hasattr(est, "predict"):
+        pytest.xfail(f"{Estimator.__name__} has no predict: GridSearchCV cannot score it")
+    search = GridSearchCV(
+        est, {"n_clusters": [2, 3, 4]}, scoring=make_scorer(adjusted_rand_score), cv=3
+    )
+    search.fit(X, y)
+    assert search.best_params_["n_clusters"] == 3
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_communication_report(Estimator):
+    X, _ = _blobs()
+    est = Estimator(n_clusters=3, partition=3, random_state=0).fit(X)
+    comm = est.communication_
+    assert est.n_clients_ == 3
+    assert comm["rounds"] >= 1
+    assert comm["bytes_up"] > 0
+    assert comm["bytes_total"] == comm["bytes_up"] + comm["bytes_down"] + comm["bytes_peer"]
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_n_jobs_invariance(Estimator):
+    X, _ = _blobs()
+    a = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=1).fit(X)
+    b = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=2).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.communication_["bytes_total"] == b.communication_["bytes_total"]
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_verbose_reports_stages(Estimator, capsys):
+    X, _ = _blobs()
+    Estimator(n_clusters=3, random_state=0, verbose=1).fit(X)
+    out = capsys.readouterr().out
+    assert f"[{Estimator.__name__}]" in out
+    assert "client" in out and "server" in out
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_bad_input_errors(Estimator):
+    X, _ = _blobs()
+    est = Estimator(n_clusters=3)
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit([X[:60], bad[:60]])
+    with pytest.raises(ValueError, match="same features"):
+        est.fit([X[:60], np.hstack([X[60:], X[60:]])])
+    with pytest.raises(ValueError, match="no samples"):
+        est.fit([X[:60], X[:0]])
+    with pytest.raises(ValueError, match="n_samples=2"):
+        est.fit(X[:2])

@@ -1,0 +1,83 @@
+"""k-FED: server step by hand, recovery, and its communication."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+
+from skfedclust import KFed
+from skfedclust._kfed import farthest_point_seeds, kfed_server_aggregate
+from skfedclust.metrics import centroid_distance
+from skfedclust.partition import DirichletPartition, NonIIDLevelPartition
+
+
+def test_farthest_point_seeding_by_hand():
+    candidates = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [5.0, 0.0]])
+    seeds = farthest_point_seeds(candidates, candidates[:1], 3)
+    np.testing.assert_array_equal(seeds, [[0, 0], [10, 0], [5, 0]])
+
+
+def test_server_step_one_lloyd_iteration_by_hand():
+    local = [np.array([[0.0, 0.0], [10.0, 0.0]]), np.array([[2.0, 0.0], [12.0, 0.0]])]
+    sizes = [np.array([1, 1]), np.array([3, 1])]
+    centers = kfed_server_aggregate(
+        local, sizes, n_clusters=2, seed_client=0, n_lloyd_steps=1, weighted=False
+    )
+    np.testing.assert_allclose(centers, [[1.0, 0.0], [11.0, 0.0]])
+    weighted = kfed_server_aggregate(
+        local, sizes, n_clusters=2, seed_client=0, n_lloyd_steps=1, weighted=True
+    )
+    np.testing.assert_allclose(weighted, [[1.5, 0.0], [11.0, 0.0]])
+    seeds_only = kfed_server_aggregate(
+        local, sizes, n_clusters=2, seed_client=1, n_lloyd_steps=0, weighted=False
+    )
+    np.testing.assert_allclose(seeds_only, local[1])
+
+
+@pytest.mark.parametrize(
+    "partition, k_local",
+    [
+        # k-FED's setting: each client holds one true cluster, k' = 1.
+        (NonIIDLevelPartition(1.0, n_clients=8), 1),
+        # IID clients hold every cluster, k' = k.
+        (DirichletPartition(6, alpha=100.0, min_size=20), 4),
+    ],
+    ids=["one-cluster-per-client", "iid"],
+)
+def test_recovers_separated_centers(partition, k_local):
+    centers = np.array([[0, 0], [20, 0], [0, 20], [20, 20]], dtype=float)
+    X, y = make_blobs(800, centers=centers, cluster_std=1.0, random_state=0)
+    est = KFed(n_clusters=4, n_local_clusters=k_local, partition=partition, random_state=0).fit(
+        X, y
+    )
+    assert centroid_distance(centers, est.cluster_centers_) < 0.5
+    assert adjusted_rand_score(y, est.labels_) > 0.99
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+def test_one_round_and_bytes():
+    X, _ = make_blobs(90, n_features=2, centers=3, random_state=0)
+    est = KFed(n_clusters=3, n_local_clusters=2, random_state=0).fit([X[:30], X[30:60], X[60:]])
+    comm = est.communication_
+    assert comm["rounds"] == 1
+    assert comm["bytes_up"] == 3 * 2 * 2 * 8  # 3 clients, 2 centers, 2 features
+    assert comm["bytes_down"] == 3 * 3 * 2 * 8  # global centers to each client
+    assert comm["bytes_peer"] == 0
+
+
+def test_local_cluster_count_errors():
+    X, _ = make_blobs(30, centers=3, random_state=0)
+    with pytest.raises(ValueError, match="at least 20 per client"):
+        KFed(n_clusters=3, n_local_clusters=20).fit(X)
+    with pytest.raises(ValueError, match="local centers in total"):
+        KFed(n_clusters=5, n_local_clusters=2).fit([X[:15], X[15:]])
+    with pytest.raises(ValueError, match="seed_client=4"):
+        KFed(n_clusters=3, seed_client=4).fit(X)
+
+
+def test_client_order_does_not_change_the_clustering():
+    X, y = make_blobs(120, centers=3, random_state=0)
+    parts = [X[:40], X[40:80], X[80:]]
+    a = KFed(n_clusters=3, seed_client="first", random_state=0).fit(parts)
+    b = KFed(n_clusters=3, seed_client=2, random_state=0).fit(parts[::-1])
+    assert centroid_distance(a.cluster_centers_, b.cluster_centers_) < 1e-8

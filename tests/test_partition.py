@@ -1,0 +1,191 @@
+"""Every partition specification puts every sample in exactly one client."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+from skfedclust.partition import (
+    DirichletPartition,
+    HybridPartition,
+    IIDPartition,
+    NonICDPartition,
+    NonIIDLevelPartition,
+    VerticalPartition,
+)
+
+
+def _data(n=150, k=3, d=4, seed=0):
+    return make_blobs(n, n_features=d, centers=k, random_state=seed)
+
+
+def _assert_exact_cover(rows, n):
+    allrows = np.concatenate(rows)
+    assert len(allrows) == n, "a sample is repeated or missing"
+    np.testing.assert_array_equal(np.sort(allrows), np.arange(n))
+
+
+HORIZONTAL = [
+    IIDPartition(4, random_state=0),
+    IIDPartition(4, shuffle=False),
+    DirichletPartition(4, alpha=0.3, min_size=5, random_state=0),
+    DirichletPartition(4, alpha=100.0, min_size=5, balance=False, random_state=0),
+    NonIIDLevelPartition(0.0, random_state=0),
+    NonIIDLevelPartition(0.25, random_state=0),
+    NonIIDLevelPartition(1.0),
+    NonIIDLevelPartition(0.5, n_clients=5, random_state=0),
+    NonICDPartition(4, random_state=0),
+    NonICDPartition(10, max_subclusters=3, random_state=1),
+]
+
+
+@pytest.mark.parametrize("spec", HORIZONTAL, ids=repr)
+@pytest.mark.parametrize("n", [150, 149])
+def test_horizontal_specs_cover_every_sample_once(spec, n):
+    X, y = _data(n)
+    rows = list(spec.split(X, y))
+    assert len(rows) == spec.get_n_clients(X, y)
+    assert all(len(r) > 0 for r in rows)
+    _assert_exact_cover(rows, n)
+
+
+@pytest.mark.parametrize("spec", HORIZONTAL, ids=repr)
+def test_horizontal_specs_are_reproducible(spec):
+    X, y = _data()
+    a = [r.tolist() for r in spec._layout(X, y, random_state=3)[0]]
+    b = [r.tolist() for r in spec._layout(X, y, random_state=3)[0]]
+    assert a == b
+
+
+def test_specs_work_without_labels():
+    X, _ = _data()
+    for spec in (DirichletPartition(3, min_size=5, random_state=0), NonICDPartition(3)):
+        _assert_exact_cover(list(spec.split(X)), len(X))
+
+
+def test_iid_sizes_differ_by_at_most_one():
+    X, _ = _data(10)
+    sizes = [len(r) for r in IIDPartition(3, random_state=0).split(X)]
+    assert sorted(sizes) == [3, 3, 4]
+
+
+def test_iid_tiny_input_and_too_many_clients():
+    X = np.zeros((2, 1))
+    _assert_exact_cover(list(IIDPartition(2).split(X)), 2)
+    with pytest.raises(ValueError, match="n_samples=2 into n_clients=3"):
+        list(IIDPartition(3).split(X))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DirichletPartition(5, min_size=1),
+        NonIIDLevelPartition(0.5, n_clients=5),
+        NonICDPartition(5),
+    ],
+    ids=repr,
+)
+def test_more_clients_than_samples_is_a_clear_error(spec):
+    X = np.zeros((3, 2))
+    y = np.array([0, 1, 1])
+    with pytest.raises(ValueError, match="n_clients=5"):
+        list(spec.split(X, y))
+
+
+def test_dirichlet_skew_grows_as_alpha_shrinks():
+    X, y = _data(600, k=3)
+
+    def mean_max_share(alpha):
+        shares = []
+        for seed in range(5):
+            for rows in DirichletPartition(4, alpha, min_size=5, random_state=seed).split(X, y):
+                shares.append(np.bincount(y[rows], minlength=3).max() / len(rows))
+        return np.mean(shares)
+
+    assert mean_max_share(0.1) > mean_max_share(100.0) + 0.2
+
+
+def test_dirichlet_min_size_and_impossible_request():
+    X, y = _data(100)
+    for rows in DirichletPartition(4, 0.1, min_size=15, random_state=0).split(X, y):
+        assert len(rows) >= 15
+    with pytest.raises(ValueError, match="could not give"):
+        list(DirichletPartition(4, 1e-3, min_size=25, max_draws=3, random_state=0).split(X, y))
+
+
+def test_non_iid_level_follows_the_omnifc_iris_facts():
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    for p in (0.0, 0.25, 0.5, 0.75, 1.0):
+        rows = list(NonIIDLevelPartition(p, random_state=0).split(X, y))
+        assert [len(r) for r in rows] == [50, 50, 50]
+    pure = list(NonIIDLevelPartition(1.0).split(X, y))
+    assert [set(y[r]) for r in pure] == [{0}, {1}, {2}]
+    quarter = list(NonIIDLevelPartition(0.25, random_state=0).split(X, y))
+    # round(12.5) == 12 (half to even), as in the authors' code.
+    assert all(np.sum(y[r] == j) >= 12 for j, r in enumerate(quarter))
+
+
+def test_non_iid_level_p1_needs_a_client_per_class():
+    X, y = _data(60, k=3)
+    with pytest.raises(ValueError, match="have no client"):
+        list(NonIIDLevelPartition(1.0, n_clients=2).split(X, y))
+
+
+def test_non_icd_clients_see_fragments_of_classes():
+    X, y = _data(600, k=3, d=2)
+    rows = list(NonICDPartition(6, random_state=0).split(X, y))
+    held = [len(set(y[r])) for r in rows]
+    # Some client misses a class, and some class is shared by several clients.
+    assert min(held) < 3
+    owners = [sum(c in set(y[r]) for r in rows) for c in range(3)]
+    assert max(owners) > 1
+
+
+def test_vertical_partition_blocks():
+    X = np.zeros((5, 5))
+    parts = list(VerticalPartition(2).split(X))
+    assert [c.tolist() for _, c in parts] == [[0, 1, 2], [3, 4]]
+    assert all(r.tolist() == list(range(5)) for r, _ in parts)
+    explicit = VerticalPartition(feature_blocks=[[4, 0], [1, 2, 3]])
+    assert [c.tolist() for _, c in explicit.split(X)] == [[4, 0], [1, 2, 3]]
+    with pytest.raises(ValueError, match="exactly once"):
+        list(VerticalPartition(feature_blocks=[[0, 1], [1, 2, 3, 4]]).split(X))
+    with pytest.raises(ValueError, match="n_features=5 into 6"):
+        list(VerticalPartition(6).split(X))
+
+
+def test_hybrid_partition_is_a_lattice():
+    X, y = _data(40, d=5)
+    spec = HybridPartition(2, 3, random_state=0)
+    rows, cols, groups = spec._layout(X, y)
+    assert spec.get_n_clients() == 6
+    assert groups == [[0, 1, 2], [3, 4, 5]]
+    _assert_exact_cover([rows[0], rows[3]], 40)
+    for g in groups:
+        assert all(np.array_equal(rows[g[0]], rows[c]) for c in g)
+        assert sorted(np.concatenate([cols[c] for c in g]).tolist()) == list(range(5))
+
+
+def test_hybrid_with_label_skewed_rows():
+    X, y = _data(90, d=4)
+    spec = HybridPartition(
+        n_feature_blocks=2, row_partition=NonIIDLevelPartition(1.0), random_state=0
+    )
+    rows, _, groups = spec._layout(X, y)
+    assert len(groups) == 3
+    assert [set(y[rows[g[0]]]) for g in groups] == [{0}, {1}, {2}]
+    with pytest.raises(ValueError, match="horizontal"):
+        HybridPartition(row_partition=VerticalPartition(2))._layout(X, y)
+
+
+def test_bad_parameters():
+    X, y = _data(30)
+    with pytest.raises(TypeError, match="n_clients must be an integer"):
+        list(IIDPartition(2.5).split(X))
+    with pytest.raises(ValueError, match="alpha"):
+        list(DirichletPartition(2, alpha=0).split(X, y))
+    with pytest.raises(ValueError, match="p must be in"):
+        list(NonIIDLevelPartition(1.5).split(X, y))
+    with pytest.raises(ValueError, match="labels"):
+        list(DirichletPartition(2).split(X, y[:5]))
