@@ -1,0 +1,733 @@
+"""DC-Clustering: data-collaboration clustering (Kawamata et al., 2025).
+
+The parties sit in a lattice of row groups (institutions holding different
+samples) by feature blocks (parties of one institution holding different
+features of the same samples). Every party reduces its block and a shared
+synthetic anchor matrix with a private affine map f and uploads only the two
+reduced matrices. The analyst aligns the row groups through the anchors
+(one SVD and one least-squares map g per row group), clusters the aligned
+"collaborative representation" and sends every party the centroids and the
+clustering rows of its own samples. One round: one upload and one download
+per party.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.cluster import KMeans, k_means
+from sklearn.decomposition import PCA
+from sklearn.manifold import spectral_embedding
+from sklearn.metrics import pairwise_distances_argmin
+from sklearn.neighbors import KNeighborsClassifier, kneighbors_graph
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils import check_array
+from sklearn.utils._param_validation import HasMethods, Interval, RealNotInt, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._base import BaseFederatedClustering
+from ._federation import map_clients
+
+__all__ = ["DCClustering"]
+
+
+# ------------------------------------------------------------------ lattice
+def dc_lattice(federation):
+    """Row groups and feature blocks of a federation, checked to form a lattice.
+
+    Returns ``(groups, blocks)``: ``groups[i]`` lists the parties of row group
+    ``i`` in block order and ``blocks[j]`` the (global) feature indices of
+    block ``j``, which every row group uses in the same order.
+    """
+    all_features = np.arange(federation.n_features)
+    if federation.is_horizontal:
+        return [[c] for c in range(federation.n_clients)], [all_features]
+    groups = federation.row_groups
+    if groups is None:
+        raise ValueError(
+            "a vertical or hybrid federation must say which parties form each row group"
+        )
+    groups = [list(g) for g in groups]
+    blocks = [np.asarray(federation.client_cols[c]) for c in groups[0]]
+    for i, group in enumerate(groups):
+        if len(group) != len(blocks):
+            raise ValueError(
+                "every row group must cover the same features in the same block layout: "
+                f"row group {i} has {len(group)} feature blocks but row group 0 has {len(blocks)}"
+            )
+        rows = federation.client_rows[group[0]]
+        for j, c in enumerate(group):
+            if not np.array_equal(federation.client_rows[c], rows):
+                raise ValueError(
+                    f"the parties of row group {i} must hold the same samples in the same "
+                    f"order; party {c} (block {j}) differs from party {group[0]}"
+                )
+            cols = np.asarray(federation.client_cols[c])
+            if not np.array_equal(cols, blocks[j]):
+                raise ValueError(
+                    "every row group must cover the same features in the same block layout: "
+                    f"block {j} of row group {i} holds features {cols.tolist()} but block {j} "
+                    f"of row group 0 holds {blocks[j].tolist()}"
+                )
+    covered = np.sort(np.concatenate(blocks))
+    if not np.array_equal(covered, all_features):
+        raise ValueError(
+            f"the feature blocks of a row group must cover each of the {federation.n_features} "
+            "features exactly once"
+        )
+    return groups, blocks
+
+
+# ------------------------------------------------------------------ users
+def dc_party_feature_range(X_party, seed):
+    """Party step (users only): per-feature minima and maxima of the party's block."""
+    return X_party.min(axis=0), X_party.max(axis=0)
+
+
+def dc_user_anchor_spec(ranges, block_of_party, n_features, *, anchor_range, anchor_seed):
+    """Coordinating user: combine the parties' feature ranges into the anchor recipe.
+
+    The recipe (a seed and one sampling range per feature) goes to the other
+    users only; the analyst must never learn it, or it could regenerate the
+    anchors and fit every party's private f by least squares.
+    """
+    low = np.full(n_features, np.inf)
+    high = np.full(n_features, -np.inf)
+    for (lo, hi), cols in zip(ranges, block_of_party):
+        low[cols] = np.minimum(low[cols], lo)
+        high[cols] = np.maximum(high[cols], hi)
+    if anchor_range == "global":
+        low[:] = low.min()
+        high[:] = high.max()
+    return {"seed": int(anchor_seed), "low": low, "high": high}
+
+
+def generate_anchor_columns(recipe, columns, n_anchors):
+    """Anchor columns ``columns`` drawn uniformly from the recipe's ranges.
+
+    Each feature has its own random stream (keyed by the recipe seed and the
+    feature index), so a party regenerates exactly its own anchor columns
+    without drawing the others, and all parties agree on every column.
+    """
+    out = np.empty((n_anchors, len(columns)))
+    for j, k in enumerate(columns):
+        rng = np.random.default_rng([recipe["seed"], int(k)])
+        out[:, j] = rng.uniform(recipe["low"][k], recipe["high"][k], n_anchors)
+    return out
+
+
+def make_intermediate_map(intermediate, n_components, seed):
+    """A party's private dimensionality reduction f (unfitted)."""
+    if isinstance(intermediate, str):
+        # Standardise then PCA, as in all experiments of the paper; the full
+        # solver keeps f deterministic.
+        return make_pipeline(
+            StandardScaler(), PCA(n_components=n_components, svd_solver="full", random_state=seed)
+        )
+    f = clone(intermediate)
+    if "random_state" in f.get_params(deep=False):
+        f.set_params(random_state=seed)
+    return f
+
+
+def dc_party_intermediate(X_party, seed, anchor_block, n_components, *, intermediate):
+    """Party step: fit the private f on local data, reduce the data and the anchors.
+
+    Returns ``(upload, f)``: the upload ``(X_tilde, anchor_tilde)`` goes to the
+    analyst; ``f`` stays with the party.
+    """
+    f = make_intermediate_map(intermediate, n_components, seed)
+    X_tilde = np.asarray(f.fit_transform(X_party), dtype=np.float64)
+    anchor_tilde = np.asarray(f.transform(anchor_block), dtype=np.float64)
+    return (X_tilde, anchor_tilde), f
+
+
+def dc_party_labels(Z_party, seed, *, centers):
+    """Party step: label the party's samples by the nearest downloaded centroid."""
+    return pairwise_distances_argmin(Z_party, centers)
+
+
+# ------------------------------------------------------------------ analyst
+def _collab_dimension(n_components_collab, singular_values, group_widths, affine, n_anchors):
+    max_dim = min(n_anchors, len(singular_values))
+    if n_components_collab == "auto":
+        dim = min(group_widths) + (1 if affine else 0)
+    elif isinstance(n_components_collab, numbers.Integral):
+        dim = int(n_components_collab)
+    else:
+        share = np.cumsum(singular_values) / singular_values.sum()
+        dim = int(np.searchsorted(share, n_components_collab - 1e-12) + 1)
+    if not 1 <= dim <= max_dim:
+        raise ValueError(
+            f"n_components_collab={dim} must lie in [1, {max_dim}] (at most n_anchors and the "
+            "number of columns the analyst stacks)"
+        )
+    return dim
+
+
+def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
+    """Analyst step: collaborative representation from the parties' uploads only.
+
+    Parameters
+    ----------
+    uploads : list of (ndarray, ndarray)
+        ``(X_tilde, anchor_tilde)`` of every party, in party order.
+    groups : list of list of int
+        Parties of each row group in block order (the public lattice).
+    alignment : {"affine", "linear"}
+        Form of the maps g.
+    n_components_collab : "auto", int or float
+        Collaborative dimension (see :class:`DCClustering`).
+
+    Returns
+    -------
+    X_hat : list of ndarray
+        Collaborative representation of each row group.
+    target : ndarray of shape (n_anchors, n_components_collab)
+        The common target (leading left singular vectors of the stacked anchors).
+    maps : list of ndarray
+        ``G_i`` of each row group; in affine mode its last row is the translation.
+    alignment_error : ndarray
+        ``||[anchor_tilde_i, 1] G_i - target||_F`` of each row group.
+    """
+    affine = alignment == "affine"
+    data, anchors = [], []
+    for group in groups:
+        X_i = np.hstack([uploads[c][0] for c in group])
+        A_i = np.hstack([uploads[c][1] for c in group])
+        if affine:
+            X_i = np.hstack([X_i, np.ones((len(X_i), 1))])
+            A_i = np.hstack([A_i, np.ones((len(A_i), 1))])
+        data.append(X_i)
+        anchors.append(A_i)
+    n_anchors = anchors[0].shape[0]
+    widths = [A.shape[1] - (1 if affine else 0) for A in anchors]
+    for i, A_i in enumerate(anchors):
+        if n_anchors < A_i.shape[1]:
+            raise ValueError(
+                f"n_anchors={n_anchors} is below the dimension of row group {i}: its "
+                f"{'augmented ' if affine else ''}intermediate representation has "
+                f"{A_i.shape[1]} columns, so the map g cannot be determined; use "
+                f"n_anchors >= {max(A.shape[1] for A in anchors)}"
+            )
+    U, s, _ = np.linalg.svd(np.hstack(anchors), full_matrices=False)
+    dim = _collab_dimension(n_components_collab, s, widths, affine, n_anchors)
+    target = U[:, :dim]
+    maps, X_hat, errors = [], [], []
+    for X_i, A_i in zip(data, anchors):
+        G_i = np.linalg.lstsq(A_i, target, rcond=None)[0]
+        maps.append(G_i)
+        X_hat.append(X_i @ G_i)
+        errors.append(np.linalg.norm(A_i @ G_i - target))
+    return X_hat, target, maps, np.asarray(errors)
+
+
+def dc_server_cluster(X_hat, *, clusterer, n_clusters, n_neighbors, n_init, max_iter, random_state):
+    """Analyst step: cluster the collaborative representation.
+
+    k-means runs on ``X_hat`` itself. Spectral clustering builds the
+    nearest-neighbour graph exactly as
+    :class:`~sklearn.cluster.SpectralClustering` with
+    ``affinity="nearest_neighbors"`` does and shares one random state between
+    the embedding and k-means, so labels equal that estimator's; it is written
+    out because the estimator exposes neither the embedding nor its centroids,
+    which the parties need.
+
+    Returns ``(Z, centers, labels, n_iter)``: the clustering space (``X_hat``
+    or the spectral embedding), the centroids in that space, the labels and
+    the iterations of the best k-means run.
+    """
+    if clusterer == "kmeans":
+        km = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, random_state=random_state)
+        km.fit(X_hat)
+        return X_hat, km.cluster_centers_, km.labels_, km.n_iter_
+    graph = kneighbors_graph(X_hat, n_neighbors=n_neighbors, include_self=True)
+    affinity = 0.5 * (graph + graph.T)
+    Z = spectral_embedding(
+        affinity, n_components=n_clusters, random_state=random_state, drop_first=False
+    )
+    centers, labels, _, n_iter = k_means(
+        Z,
+        n_clusters,
+        n_init=n_init,
+        max_iter=max_iter,
+        random_state=random_state,
+        return_n_iter=True,
+    )
+    return Z, centers, labels, n_iter
+
+
+# ------------------------------------------------------------------ estimator
+class DCClustering(BaseFederatedClustering):
+    """DC-Clustering: one-round clustering over horizontally and vertically split data.
+
+    The parties form a lattice of row groups (institutions holding different
+    samples) by feature blocks (parties of one institution holding different
+    features of the same samples). All parties share a synthetic anchor
+    matrix, drawn uniformly over the feature ranges from a recipe the analyst
+    never sees. Each party fits a private map f (standardise, then PCA) on its
+    own block and uploads only the reduced block and the reduced anchor slice.
+    The analyst joins the blocks of each row group, takes the leading left
+    singular vectors of the stacked anchor representations as a common target,
+    maps each row group onto it by least squares (one map g per row group),
+    clusters the result with k-means or spectral clustering and sends every
+    party the centroids and the clustering-space rows of its samples; each
+    party labels its samples by the nearest centroid. One round: one upload and
+    one download per party.
+
+    The default settings follow the paper's text (per-feature anchor ranges,
+    ``n_features - 1`` intermediate components), which is lossy and depends on
+    which features share a party. ``anchor_range="global"`` with
+    ``n_components_intermediate=None`` is the lossless variant: the
+    collaborative representation then equals the pooled data up to an affine
+    map fixed by the anchors, and clustering it equals central clustering of
+    the raw data, at the price of the dimensionality-reduction layer of the
+    privacy argument. Read more in the :ref:`User Guide <dcclustering>`.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters.
+    clusterer : {"kmeans", "spectral"}, default="kmeans"
+        Clustering run by the analyst on the collaborative representation.
+        ``"spectral"`` uses a binary k-nearest-neighbour graph
+        (``n_neighbors``), the normalised Laplacian embedding and k-means, as
+        :class:`~sklearn.cluster.SpectralClustering` does.
+    anchors : "uniform" or array-like of shape (n_anchors, n_features), default="uniform"
+        Shared anchor data. ``"uniform"`` draws each feature uniformly over
+        ``anchor_range``; an array is used as given (users only ever see it).
+    n_anchors : "auto" or int, default="auto"
+        Number of anchor rows r; ``"auto"`` uses the total number of samples,
+        as in the paper (at least ``n_features + 1``). Must be at least the
+        width of every row group's (augmented) intermediate representation.
+    anchor_range : {"per_feature", "global"}, default="per_feature"
+        Range of the uniform anchors: each feature's own minimum and maximum
+        over all parties (the paper's text), or one minimum and maximum over
+        all features (isotropic anchors). The collaborative geometry is
+        whitened by the anchor covariance, so ``"per_feature"`` behaves like
+        min-max scaled data and ``"global"`` like raw data.
+    intermediate : "pca" or estimator with fit and transform, default="pca"
+        The private map f of each party: ``"pca"`` is a standard scaler
+        followed by PCA (the paper's choice); a transformer is cloned and
+        fitted by every party (``n_components_intermediate`` is then ignored).
+    n_components_intermediate : "n_features-1", int, float or None, default="n_features-1"
+        Dimension of each party's intermediate representation:
+        ``"n_features-1"`` (the paper), an int, a float in (0, 1) for the share
+        of variance kept by PCA, or ``None`` for all features (lossless). A
+        party with one feature keeps it, with a warning.
+    n_components_collab : "auto", int or float, default="auto"
+        Collaborative dimension m̂. ``"auto"`` is the smallest row-group
+        intermediate dimension, plus one for the affine alignment; a float in
+        (0, 1] keeps the leading singular vectors holding that share of the
+        singular values' sum.
+    alignment : {"affine", "linear"}, default="affine"
+        Affine maps g (with translation, used in the paper's experiments) or
+        linear maps (the original data-collaboration analysis).
+    n_neighbors : int, default=10
+        Neighbours of the spectral graph, and voters of ``predict`` in spectral
+        mode; capped at ``n_samples - 1`` with a warning.
+    n_init : int, default=10
+        Restarts of k-means (the paper used scikit-learn 1.2's default of 10).
+    max_iter : int, default=300
+        Iterations of each k-means run.
+    partition : int, partition specification or None, default=None
+        How to simulate parties from a pooled ``X``: ``None`` gives two IID row
+        groups holding all features, as for every estimator of the package; an
+        int that many IID row groups; a
+        :class:`~skfedclust.partition.HybridPartition` or
+        :class:`~skfedclust.partition.VerticalPartition` a lattice. Ignored for
+        a list of client arrays (each a row group), a nested list
+        ``[[X_11, X_12], [X_21, X_22]]`` (row groups × feature blocks) or with
+        ``client_ids``.
+    n_jobs : int, default=None
+        Number of parallel party workers (joblib).
+    random_state : int, RandomState instance or None, default=None
+        Seeds, in this order, the partition, every party's seed, the anchor
+        recipe and the analyst's clustering.
+    verbose : int, default=0
+        Print progress per protocol stage.
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (n_samples,)
+        Label of each input row, as computed by its parties.
+    cluster_centers_ : ndarray of shape (n_clusters, n_components)
+        Centroids in the clustering space: the collaborative space for
+        k-means, the spectral embedding for spectral clustering.
+    collaborative_representation_ : ndarray of shape (n_samples, n_components_collab_)
+        The analyst's aligned representation X̂, rows in input order.
+    embedding_ : ndarray of shape (n_samples, n_clusters)
+        Spectral embedding of X̂ (spectral mode only), rows in input order.
+    anchors_ : ndarray of shape (n_anchors, n_features_in_)
+        The anchor data the users shared (the analyst never sees it).
+    target_ : ndarray of shape (n_anchors, n_components_collab_)
+        The common target the analyst aligns every row group's anchors to.
+    collaboration_maps_ : list of ndarray
+        The analyst's map g of each row group, of shape
+        (intermediate width + 1, n_components_collab_) in affine mode, the last
+        row being the translation.
+    anchor_alignment_error_ : ndarray of shape (n_row_groups,)
+        Frobenius residual of each row group's anchors mapped onto the target
+        (zero up to rounding in the lossless case).
+    intermediate_transformers_ : list of estimator
+        Each party's fitted private f. They exist here only because this is a
+        simulation; the analyst's steps never receive them.
+    n_components_intermediate_ : ndarray of shape (n_clients,)
+        Intermediate dimension of each party.
+    n_components_collab_ : int
+        Collaborative dimension m̂.
+    row_groups_ : list of list of int
+        Parties of each row group, in feature-block order.
+    feature_blocks_ : list of ndarray
+        Feature indices of each block.
+    n_clients_ : int
+        Number of parties.
+    client_sizes_ : ndarray of shape (n_clients,)
+        Rows held by each party.
+    communication_ : dict
+        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. The
+        users-only exchange of feature ranges and the anchor recipe is counted
+        as peer traffic.
+    n_iter_ : int
+        Iterations of the analyst's best k-means run.
+    n_features_in_ : int
+        Number of features seen during fit.
+
+    See Also
+    --------
+    skfedclust.KumarFederatedKMeans : Multi-round federated k-means baseline
+        used in the paper's comparison (horizontal data only).
+
+    Notes
+    -----
+    ``predict`` is not part of the paper: new rows of a known row group are
+    mapped by that row group's parties' f and the analyst's g, then assigned
+    to the nearest centroid (k-means) or by a vote of their ``n_neighbors``
+    nearest training rows in the collaborative space (spectral). In a
+    deployment that is one more round per batch.
+
+    References
+    ----------
+    .. [1] A. Kawamata, K. Kamijo, M. Kihira, A. Toyoda, T. Nakayama,
+       A. Imakura, T. Sakurai and Y. Okada, "A new type of federated
+       clustering: A non-model-sharing approach", arXiv:2506.10244, 2025.
+    .. [2] A. Imakura and T. Sakurai, "Data collaboration analysis framework
+       using centralization of individual intermediate representations for
+       distributed data sets", ASCE-ASME J. Risk Uncertain. Eng. Syst. A, 2020.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import make_blobs
+    >>> from skfedclust import DCClustering
+    >>> X, _ = make_blobs(400, n_features=4, centers=3, random_state=0)
+    >>> grid = [[X[:200, :2], X[:200, 2:]], [X[200:, :2], X[200:, 2:]]]
+    >>> dc = DCClustering(n_clusters=3, random_state=0).fit(grid)
+    >>> dc.labels_.shape, dc.communication_["rounds"]
+    ((400,), 1)
+    >>> dc.collaborative_representation_.shape
+    (400, 3)
+    """
+
+    _supports_vertical = True
+
+    _parameter_constraints: dict = {
+        **BaseFederatedClustering._parameter_constraints,
+        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
+        "clusterer": [StrOptions({"kmeans", "spectral"})],
+        "anchors": [StrOptions({"uniform"}), "array-like"],
+        "n_anchors": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
+        "anchor_range": [StrOptions({"per_feature", "global"})],
+        "intermediate": [StrOptions({"pca"}), HasMethods(["fit", "transform"])],
+        "n_components_intermediate": [
+            StrOptions({"n_features-1"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+            Interval(RealNotInt, 0, 1, closed="neither"),
+            None,
+        ],
+        "n_components_collab": [
+            StrOptions({"auto"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+            Interval(RealNotInt, 0, 1, closed="right"),
+        ],
+        "alignment": [StrOptions({"affine", "linear"})],
+        "n_neighbors": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        clusterer="kmeans",
+        anchors="uniform",
+        n_anchors="auto",
+        anchor_range="per_feature",
+        intermediate="pca",
+        n_components_intermediate="n_features-1",
+        n_components_collab="auto",
+        alignment="affine",
+        n_neighbors=10,
+        n_init=10,
+        max_iter=300,
+        partition=None,
+        n_jobs=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.clusterer = clusterer
+        self.anchors = anchors
+        self.n_anchors = n_anchors
+        self.anchor_range = anchor_range
+        self.intermediate = intermediate
+        self.n_components_intermediate = n_components_intermediate
+        self.n_components_collab = n_components_collab
+        self.alignment = alignment
+        self.n_neighbors = n_neighbors
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.partition = partition
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------ helpers
+    def _party_dimension(self, n_rows, n_features, name):
+        """Requested intermediate dimension of one party (PCA mode)."""
+        spec = self.n_components_intermediate
+        if isinstance(spec, numbers.Real) and not isinstance(spec, numbers.Integral):
+            return float(spec)
+        if spec is None:
+            dim = n_features
+        elif spec == "n_features-1":
+            if n_features == 1:
+                warnings.warn(
+                    f"party {name} holds a single feature, which cannot be reduced: it is "
+                    "shared unreduced (intermediate dimension 1), so f gives no "
+                    "dimensionality-reduction protection for this party",
+                    UserWarning,
+                    stacklevel=4,
+                )
+            dim = max(1, n_features - 1)
+        else:
+            dim = int(spec)
+            if dim > n_features:
+                raise ValueError(
+                    f"n_components_intermediate={dim} exceeds the {n_features} features of "
+                    f"party {name}"
+                )
+        if dim > n_rows:
+            warnings.warn(
+                f"party {name} holds {n_rows} samples, fewer than its intermediate "
+                f"dimension {dim}; PCA keeps {n_rows} components",
+                UserWarning,
+                stacklevel=4,
+            )
+            dim = n_rows
+        return dim
+
+    def _anchor_blocks(self, federation, groups, blocks, ledger, anchor_seed):
+        """Users-only pre-step: every party obtains its slice of the shared anchors.
+
+        Party 0 coordinates. With uniform anchors the parties send it their
+        feature ranges and it returns the anchor recipe; with given anchors it
+        sends each party its columns. Both are peer messages the analyst never
+        sees.
+        """
+        block_of_party = [None] * federation.n_clients
+        for group in groups:
+            for j, c in enumerate(group):
+                block_of_party[c] = blocks[j]
+        others = range(1, federation.n_clients)
+        if not (isinstance(self.anchors, str) and self.anchors == "uniform"):
+            anchors = check_array(self.anchors, dtype=np.float64, input_name="anchors")
+            if anchors.shape[1] != federation.n_features:
+                raise ValueError(
+                    f"anchors has {anchors.shape[1]} features but the data has "
+                    f"{federation.n_features}"
+                )
+            slices = [anchors[:, cols] for cols in block_of_party]
+            for c in others:
+                ledger.send(slices[c], sender=0, receiver=c, round=0, tag="anchor slice")
+            return slices, anchors
+        n_anchors = self._n_anchors(federation)
+        ranges = map_clients(
+            dc_party_feature_range,
+            zip(federation.clients_data(), federation.seeds),
+            n_jobs=self.n_jobs,
+        )
+        for c in others:
+            ledger.send(ranges[c], sender=c, receiver=0, round=0, tag="feature range")
+        recipe = dc_user_anchor_spec(
+            ranges,
+            block_of_party,
+            federation.n_features,
+            anchor_range=self.anchor_range,
+            anchor_seed=anchor_seed,
+        )
+        for c in others:
+            ledger.send(recipe, sender=0, receiver=c, round=0, tag="anchor recipe")
+        slices = [generate_anchor_columns(recipe, cols, n_anchors) for cols in block_of_party]
+        # Assembled for the fitted attribute only; the analyst never receives it.
+        anchors = generate_anchor_columns(recipe, np.arange(federation.n_features), n_anchors)
+        return slices, anchors
+
+    def _n_anchors(self, federation):
+        if self.n_anchors != "auto":
+            return int(self.n_anchors)
+        # The paper's r = n, raised to the widest possible affine system so
+        # that tiny data sets with many features stay solvable.
+        return max(federation.n_samples, federation.n_features + 1)
+
+    def _min_samples(self):
+        # One sample gives a single anchor row, too few to fit an affine map.
+        return max(self.n_clusters, 2)
+
+    def _check_neighbors(self, n_samples):
+        if self.n_neighbors <= n_samples - 1:
+            return self.n_neighbors
+        capped = max(1, n_samples - 1)
+        warnings.warn(
+            f"n_neighbors={self.n_neighbors} is not below n_samples={n_samples}; using {capped}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return capped
+
+    # ------------------------------------------------------------ protocol
+    def _fit_federation(self, federation, ledger, random_state):
+        groups, blocks = dc_lattice(federation)
+        anchor_seed = random_state.randint(np.iinfo(np.int32).max)
+        n_neighbors = self._check_neighbors(federation.n_samples)
+
+        ledger.stage("users: shared anchors")
+        anchor_slices, anchors = self._anchor_blocks(
+            federation, groups, blocks, ledger, anchor_seed
+        )
+
+        ledger.stage("parties: private intermediate representations")
+        dims = [None] * federation.n_clients
+        for i, group in enumerate(groups):
+            for j, c in enumerate(group):
+                if isinstance(self.intermediate, str):
+                    dims[c] = self._party_dimension(
+                        federation.client_sizes[c], len(blocks[j]), f"({i}, {j})"
+                    )
+        results = map_clients(
+            dc_party_intermediate,
+            zip(federation.clients_data(), federation.seeds, anchor_slices, dims),
+            n_jobs=self.n_jobs,
+            verbose=self.verbose,
+            intermediate=self.intermediate,
+        )
+        uploads = [
+            ledger.upload(c, upload, round=0, tag="intermediate representations")
+            for c, (upload, _) in enumerate(results)
+        ]
+
+        ledger.stage("analyst: alignment and clustering")
+        X_hat, target, maps, errors = dc_server_collaborate(
+            uploads,
+            groups,
+            alignment=self.alignment,
+            n_components_collab=self.n_components_collab,
+        )
+        Z, centers, _, n_iter = dc_server_cluster(
+            np.vstack(X_hat),
+            clusterer=self.clusterer,
+            n_clusters=self.n_clusters,
+            n_neighbors=n_neighbors,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+            random_state=random_state,
+        )
+        bounds = np.cumsum([0] + [len(x) for x in X_hat])
+        Z_groups = [Z[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        party_Z = [None] * federation.n_clients
+        for i, group in enumerate(groups):
+            for c in group:
+                party_Z[c] = ledger.download(
+                    c, (centers, Z_groups[i]), round=0, tag="centroids and clustering rows"
+                )[1]
+
+        ledger.stage("parties: nearest-centroid labels")
+        labels = map_clients(
+            dc_party_labels,
+            zip(party_Z, federation.seeds),
+            n_jobs=self.n_jobs,
+            centers=centers,
+        )
+        heads = [group[0] for group in groups]
+        self.cluster_centers_ = centers
+        self.collaborative_representation_ = federation.gather_rows(X_hat, heads)
+        if self.clusterer == "spectral":
+            self.embedding_ = federation.gather_rows(Z_groups, heads)
+        self.anchors_ = anchors
+        self.target_ = target
+        self.collaboration_maps_ = maps
+        self.anchor_alignment_error_ = errors
+        self.intermediate_transformers_ = [f for _, f in results]
+        self.n_components_intermediate_ = np.array([u[0].shape[1] for u in uploads])
+        self.n_components_collab_ = target.shape[1]
+        self.row_groups_ = groups
+        self.n_iter_ = n_iter
+        self.feature_blocks_ = blocks
+        return federation.gather_rows([labels[c] for c in heads], heads).astype(np.intp)
+
+    # ------------------------------------------------------------ predict
+    def _collaborate_new(self, X, group):
+        parties = self.row_groups_[group]
+        X_tilde = np.hstack(
+            [
+                self.intermediate_transformers_[c].transform(X[:, cols])
+                for c, cols in zip(parties, self.feature_blocks_)
+            ]
+        )
+        if self.alignment == "affine":
+            X_tilde = np.hstack([X_tilde, np.ones((len(X_tilde), 1))])
+        return X_tilde @ self.collaboration_maps_[group]
+
+    def predict(self, X, row_group=0):
+        """Assign new samples of a known row group to clusters (beyond the paper).
+
+        Each party of the row group maps its features of the new rows with its
+        private f, the analyst applies the row group's g, and the rows get the
+        nearest centroid (k-means) or the majority label of their
+        ``n_neighbors`` nearest training rows in the collaborative space
+        (spectral).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New samples with all features, in the order used for fitting.
+        row_group : int or array-like of shape (n_samples,), default=0
+            Row group of every sample, or one row group for all of them.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Cluster of each sample.
+        """
+        check_is_fitted(self, "collaboration_maps_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        n_groups = len(self.row_groups_)
+        row_group = np.broadcast_to(np.asarray(row_group), (X.shape[0],))
+        if row_group.dtype.kind not in "iu" or (
+            len(row_group) and (row_group.min() < 0 or row_group.max() >= n_groups)
+        ):
+            raise ValueError(f"row_group must be integers in [0, {n_groups - 1}]")
+        X_hat = np.empty((X.shape[0], self.n_components_collab_))
+        for g in np.unique(row_group):
+            rows = row_group == g
+            X_hat[rows] = self._collaborate_new(X[rows], int(g))
+        if self.clusterer == "kmeans":
+            return pairwise_distances_argmin(X_hat, self.cluster_centers_)
+        vote = KNeighborsClassifier(n_neighbors=min(self.n_neighbors, len(self.labels_)))
+        vote.fit(self.collaborative_representation_, self.labels_)
+        return vote.predict(X_hat)
