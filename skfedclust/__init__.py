@@ -7,16 +7,24 @@ computes, what crosses the wire, what the server learns) behind the usual
 
 from . import datasets, metrics, partition
 from ._base import BaseFederatedClustering
+from ._dc import DCClustering
+from ._feca import FeCA
 from ._federation import SERVER, Federation, Ledger, map_clients
+from ._ffcm import FederatedFuzzyCMeans
 from ._kfed import KFed
+from ._mavg import MAvg
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BaseFederatedClustering",
+    "DCClustering",
+    "FeCA",
+    "FederatedFuzzyCMeans",
     "Federation",
     "KFed",
     "Ledger",
+    "MAvg",
     "SERVER",
     "map_clients",
     "__version__",
