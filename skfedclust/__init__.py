@@ -12,6 +12,7 @@ from ._feca import FeCA
 from ._federation import SERVER, Federation, Ledger, map_clients
 from ._ffcm import FederatedFuzzyCMeans
 from ._kfed import KFed
+from ._kumar import KumarFederatedKMeans
 from ._mavg import MAvg
 
 __version__ = "0.1.0.dev0"
@@ -23,6 +24,7 @@ __all__ = [
     "FederatedFuzzyCMeans",
     "Federation",
     "KFed",
+    "KumarFederatedKMeans",
     "Ledger",
     "MAvg",
     "SERVER",
