@@ -225,6 +225,7 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
         for g, group in enumerate(grid):
             if len(group) != n_blocks:
                 raise ValueError(
+                    "every row group must cover the same features in the same block layout: "
                     f"row group {g} has {len(group)} feature blocks but row group 0 has {n_blocks}"
                 )
             arrays = [
@@ -242,8 +243,8 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
             w = [a.shape[1] for a in arrays]
             if w != widths:
                 raise ValueError(
-                    f"every row group must use the same feature blocks: row group {g} has "
-                    f"block widths {w} but row group 0 has {widths}"
+                    "every row group must cover the same features in the same block layout: "
+                    f"row group {g} has block widths {w} but row group 0 has {widths}"
                 )
         X = validate_data(self, np.vstack([np.hstack(a) for a in blocks]), dtype=np.float64)
         self._check_n_samples(X.shape[0])
