@@ -79,8 +79,9 @@ def _download(url, target):
             tmp.write_bytes(response.read())
     except OSError as exc:
         raise OSError(
-            f"could not download {url} ({exc}); put the file at {target} or set "
-            "SKFEDCLUST_DATA to a folder that has it"
+            f"could not download {url} ({exc}); put the data files in {target.parent} "
+            "(see skfedclust.datasets for the layout) or set SKFEDCLUST_DATA to a "
+            "folder that has them"
         ) from exc
     return tmp
 

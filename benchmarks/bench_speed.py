@@ -1,0 +1,85 @@
+"""Fit time of each method as a ratio to its centralized scikit-learn equivalent.
+
+Every ``benchmarks/speed_<method>.py`` module exposes ``cases(quick) -> list[dict]``
+with keys ``name``, ``federated`` and ``reference`` (zero-argument callables),
+``reference_name`` and ``goal_ratio`` (or None). Both callables of a case are timed in
+the same run, on the same machine, so the ratio is meaningful even where absolute times
+are not. Writes ``benchmarks/results/speed.md``.
+
+    python benchmarks/bench_speed.py --quick
+    python benchmarks/bench_speed.py --only kfed feca
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from _common import machine_line, markdown_table, timed, write_result  # noqa: E402
+
+
+def discover(only=None):
+    """The speed-case modules, by method name."""
+    modules = {}
+    for path in sorted(HERE.glob("speed_*.py")):
+        method = path.stem.removeprefix("speed_")
+        if only and method not in only:
+            continue
+        modules[method] = importlib.import_module(path.stem)
+    return modules
+
+
+def best_of(func, repeat):
+    return min(timed(func)[1] for _ in range(repeat))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--only", nargs="+", default=None, help="method names")
+    parser.add_argument("--repeat", type=int, default=1, help="best of this many runs")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for method, module in discover(args.only).items():
+        for case in module.cases(args.quick):
+            t_ref = best_of(case["reference"], args.repeat)
+            t_fed = best_of(case["federated"], args.repeat)
+            ratio = t_fed / t_ref
+            goal = case.get("goal_ratio")
+            verdict = "—" if goal is None else ("met" if ratio <= goal else "not met")
+            rows.append(
+                [
+                    case["name"],
+                    f"{t_fed:.2f}",
+                    case["reference_name"],
+                    f"{t_ref:.2f}",
+                    f"{ratio:.2f}×",
+                    "—" if goal is None else f"≤ {goal}×",
+                    verdict,
+                ]
+            )
+            print(" | ".join(rows[-1]), flush=True)
+    header = ["case", "federated s", "reference", "reference s", "ratio", "goal", "goal met"]
+    body = "\n\n".join(
+        [
+            "Fit time of each federated estimator against the centralized scikit-learn "
+            f"equivalent timed in the same run (best of {args.repeat}). "
+            + ("Quick sizes (smoke run)." if args.quick else "Full sizes."),
+            machine_line(),
+            f"Command: `python benchmarks/bench_speed.py {' '.join(argv or sys.argv[1:])}`",
+            markdown_table(header, rows),
+        ]
+    )
+    name = "speed_quick" if args.quick else "speed"
+    if args.only:
+        name += "_" + "_".join(args.only)
+    write_result(name, "Speed: ratios to centralized scikit-learn", body)
+
+
+if __name__ == "__main__":
+    main()
