@@ -45,7 +45,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     rows = []
-    for method, module in discover(args.only).items():
+    for module in discover(args.only).values():
         for case in module.cases(args.quick):
             t_ref = best_of(case["reference"], args.repeat)
             t_fed = best_of(case["federated"], args.repeat)
