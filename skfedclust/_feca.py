@@ -26,6 +26,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from threadpoolctl import threadpool_limits
 
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._federation import map_clients
@@ -140,7 +141,11 @@ def local_kmeans(X, n_clusters, *, init="k-means++", n_init=10, max_iter=300, to
         init = np.asarray(init, dtype=float)[:k]
         km = KMeans(n_clusters=k, init=init, n_init=1, max_iter=max_iter, tol=tol)
     km.set_params(random_state=seed)
-    with warnings.catch_warnings():
+    # One thread per client: the OpenMP reductions of scikit-learn's Lloyd
+    # depend on the thread count, so capping it makes every client's result
+    # identical whatever n_jobs is; parallelism comes from running clients
+    # side by side (n_jobs).
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
         # Fewer distinct points than clusters: the duplicate centers come back
         # with empty clusters and are dropped just below.
         warnings.filterwarnings("ignore", message="Number of distinct clusters")
