@@ -512,7 +512,7 @@ class DCClustering(BaseFederatedClustering):
                     "shared unreduced (intermediate dimension 1), so f gives no "
                     "dimensionality-reduction protection for this party",
                     UserWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
             dim = max(1, n_features - 1)
         else:
@@ -527,7 +527,7 @@ class DCClustering(BaseFederatedClustering):
                 f"party {name} holds {n_rows} samples, fewer than its intermediate "
                 f"dimension {dim}; PCA keeps {n_rows} components",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
             dim = n_rows
         return dim
@@ -596,7 +596,7 @@ class DCClustering(BaseFederatedClustering):
         warnings.warn(
             f"n_neighbors={self.n_neighbors} is not below n_samples={n_samples}; using {capped}",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return capped
 
