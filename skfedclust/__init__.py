@@ -14,6 +14,7 @@ from ._ffcm import FederatedFuzzyCMeans
 from ._kfed import KFed
 from ._kumar import KumarFederatedKMeans
 from ._mavg import MAvg
+from ._omnifc import OmniFCClustering
 
 __version__ = "0.1.0.dev0"
 
@@ -27,6 +28,7 @@ __all__ = [
     "KumarFederatedKMeans",
     "Ledger",
     "MAvg",
+    "OmniFCClustering",
     "SERVER",
     "map_clients",
     "__version__",

@@ -1,0 +1,677 @@
+"""Lagrange coded computing (LCC) of the global squared-distance matrix.
+
+The protocol of OmniFC (Yan, Liu & Zhang), as a standalone primitive:
+
+1. every data client quantizes its rows to F_p (``rint(2**q x) mod p``), cuts
+   each row into ``l`` segments, adds ``t`` uniformly random segments and
+   evaluates the Lagrange polynomial through them at the public point of every
+   share-holding party (:func:`lcc_encode`, a client step);
+2. party ``j`` receives the shares of every row and computes the squared
+   distances *mod p* between its encoded rows (:func:`party_distance_block`);
+3. the server combines the parties' matrices with public weights, which
+   evaluates the degree-``2(l + t - 1)`` polynomial of every pair at the data
+   points and sums the segments (:func:`server_decoding_weights`), then lifts
+   the field values back to integers and divides by ``4**q``.
+
+The simulation streams: the n x n matrices are processed block by block, each
+party's block is reduced and folded into the server's weighted sum while it is
+in cache, and no party's full matrix is ever held. Every number is an exact
+integer, so the result does not depend on the partition, the noise, the
+parameters ``(m, l, t)``, the surviving parties or ``n_jobs``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+
+import numpy as np
+from joblib import Parallel, delayed, effective_n_jobs
+from sklearn.utils import check_array, check_random_state
+from threadpoolctl import threadpool_limits
+
+from .._federation import Ledger, map_clients
+from ._field import (
+    DEFAULT_PRIME,
+    ModularProduct,
+    canonical_inplace,
+    centred,
+    check_prime,
+    mod_inverse,
+    reduce_inplace,
+)
+
+__all__ = [
+    "decoding_threshold",
+    "encoding_matrix",
+    "evaluation_points",
+    "lagrange_matrix",
+    "lcc_encode",
+    "lcc_squared_distances",
+    "max_safe_precision",
+    "quantize",
+    "server_decoding_weights",
+]
+
+#: Largest precision ``precision="auto"`` considers: beyond 2**30 the rounding
+#: error is already below float64 resolution for data of unit scale.
+MAX_PRECISION = 30
+MIN_PRECISION = -60
+
+#: Rows per block of the streamed distance computation. A block of float64 is
+#: 2 MiB, so the few scratch blocks of one worker stay in a 2-core machine's
+#: cache while BLAS still runs near peak.
+BLOCK_SIZE = 512
+
+
+# --------------------------------------------------------------------------- #
+# Public parameters
+# --------------------------------------------------------------------------- #
+def decoding_threshold(n_segments, n_colluders):
+    """Number of parties needed to decode: ``2 l + 2 t - 1`` (OmniFC Theorem 1)."""
+    return 2 * n_segments + 2 * n_colluders - 1
+
+
+def evaluation_points(n_segments, n_colluders, n_parties):
+    """Public LCC points of OmniFC (Appendix C.2).
+
+    Returns
+    -------
+    alphas : list of int
+        Interpolation nodes ``1, 3, 5, ...`` (``l`` data segments then ``t`` noise).
+    betas : list of int
+        Party points ``0, 2, 4, ...``, one per share-holding party.
+    """
+    alphas = [2 * o + 1 for o in range(n_segments + n_colluders)]
+    betas = [2 * j for j in range(n_parties)]
+    return alphas, betas
+
+
+def lagrange_matrix(nodes, points, p):
+    """``M[a, b] = ell_a(points[b]) mod p`` for the Lagrange basis over ``nodes``.
+
+    Exact modular arithmetic on Python ints (the matrices are tiny and public).
+    """
+    nodes = [int(v) % p for v in nodes]
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("Lagrange nodes must be distinct modulo p")
+    out = np.empty((len(nodes), len(points)), dtype=np.int64)
+    for a, node in enumerate(nodes):
+        others = [v for v in nodes if v != node]
+        denom = 1
+        for v in others:
+            denom = denom * (node - v) % p
+        inv = mod_inverse(denom, p)
+        for b, z in enumerate(points):
+            num = 1
+            for v in others:
+                num = num * (int(z) - v) % p
+            out[a, b] = num * inv % p
+    return out
+
+
+def encoding_matrix(n_segments, n_colluders, n_parties, p):
+    """Public encoding matrix ``U`` of shape ``(l + t, m)``: ``U[o, j] = ell_o(beta_j)``."""
+    alphas, betas = evaluation_points(n_segments, n_colluders, n_parties)
+    return lagrange_matrix(alphas, betas, p)
+
+
+def server_decoding_weights(parties, n_segments, n_colluders, p):
+    """Weights ``w_j = sum_{o <= l} lambda_j(alpha_o)`` over the parties that answered.
+
+    ``sum_j w_j G_j mod p`` evaluates each pair's distance polynomial at the
+    ``l`` data nodes and adds the segment distances.
+    """
+    alphas, betas = evaluation_points(n_segments, n_colluders, max(parties) + 1)
+    nodes = [betas[j] for j in parties]
+    lam = lagrange_matrix(nodes, alphas[:n_segments], p)
+    return lam.sum(axis=1) % p
+
+
+# --------------------------------------------------------------------------- #
+# Quantization and the overflow guard
+# --------------------------------------------------------------------------- #
+def _wrap_bound(q, max_abs, max_norm, n_features):
+    """A priori bound on every integer squared distance at precision ``q`` (spec §2.9)."""
+    scale = 2.0**q
+    by_entry = n_features * (2.0 * scale * max_abs + 1.0) ** 2
+    by_norm = (2.0 * scale * max_norm + math.sqrt(n_features)) ** 2
+    return min(by_entry, by_norm)
+
+
+def precision_is_safe(q, max_abs, max_norm, n_features, p):
+    """Whether no squared distance of data within these bounds can wrap modulo ``p``."""
+    return _wrap_bound(q, max_abs, max_norm, n_features) < (p - 1) / 2
+
+
+def max_safe_precision(max_abs, max_norm, n_features, p):
+    """Largest precision ``q`` for which no squared distance can wrap modulo ``p``.
+
+    Parameters
+    ----------
+    max_abs : float
+        Bound on ``|x|`` over all entries (public).
+    max_norm : float
+        Bound on ``||x||_2`` over all rows (public).
+    n_features : int
+        Number of features.
+    p : int
+        The prime.
+
+    Returns
+    -------
+    q : int
+        Largest safe ``q`` in ``[-60, 30]``.
+    """
+    for q in range(MAX_PRECISION, MIN_PRECISION - 1, -1):
+        if precision_is_safe(q, max_abs, max_norm, n_features, p):
+            return q
+    raise ValueError(
+        f"no precision in [{MIN_PRECISION}, {MAX_PRECISION}] keeps the squared distances "
+        f"of {n_features} features below p/2 with prime {p}; use a larger prime"
+    )
+
+
+def _data_bounds(arrays):
+    max_abs = max((float(np.abs(a).max()) for a in arrays if a.size), default=0.0)
+    max_norm = max(
+        (float(np.sqrt(np.einsum("ij,ij->i", a, a)).max()) for a in arrays if a.size),
+        default=0.0,
+    )
+    return max_abs, max_norm
+
+
+def resolve_precision(precision, arrays, p, n_features):
+    """Pick ``q`` for ``"auto"`` or validate a user ``q`` against the wrap-around bound."""
+    max_abs, max_norm = _data_bounds(arrays)
+    if isinstance(precision, str):
+        if precision != "auto":
+            raise ValueError(f"precision must be 'auto' or an int, got {precision!r}")
+        return max_safe_precision(max_abs, max_norm, n_features, p)
+    if isinstance(precision, bool) or not isinstance(precision, numbers.Integral):
+        raise TypeError(f"precision must be 'auto' or an int, got {type(precision).__name__}")
+    q = int(precision)
+    if not precision_is_safe(q, max_abs, max_norm, n_features, p):
+        raise ValueError(
+            f"precision={q} could wrap around modulo p={p}: squared distances of this data "
+            f"(max |x| = {max_abs:.4g}, max row norm = {max_norm:.4g}) may reach "
+            f"{_wrap_bound(q, max_abs, max_norm, n_features):.4g} >= (p - 1) / 2. "
+            f"Use precision <= {max_safe_precision(max_abs, max_norm, n_features, p)}, "
+            "precision='auto' or a larger prime."
+        )
+    return q
+
+
+def quantize(X, precision, p, n_segments):
+    """Fixed-point field image of ``X``: ``rint(2**q X) mod p``, zero-padded to ``l`` segments.
+
+    Zero columns change no distance, so padding makes any ``d`` divisible by ``l``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    width = -(-d // n_segments) if d else 1
+    scaled = np.rint(np.ldexp(X, precision))
+    out = np.zeros((n, width * n_segments), dtype=np.int64)
+    out[:, :d] = np.mod(scaled.astype(np.int64), p)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Client step: encoding
+# --------------------------------------------------------------------------- #
+def lcc_encode(residues, seed, *, encoding, n_segments, p):
+    """Client step: the LCC shares of the client's own rows for every party.
+
+    Parameters
+    ----------
+    residues : ndarray of int64 of shape (n_rows, l * w)
+        The client's quantized rows in ``[0, p)``.
+    seed : int
+        The client's private seed; the ``t`` noise segments of every row are
+        drawn fresh and uniform on ``F_p`` from it.
+    encoding : ndarray of shape (l + t, m)
+        The public encoding matrix (:func:`encoding_matrix`).
+    n_segments : int
+        ``l``.
+    p : int
+        The prime.
+
+    Returns
+    -------
+    shares : ndarray of uint32 of shape (m, n_rows, w)
+        ``shares[j]`` is what party ``j`` receives: ``sum_o U[o, j] s_o mod p``.
+    """
+    n_rows = residues.shape[0]
+    width = residues.shape[1] // n_segments
+    n_noise = encoding.shape[0] - n_segments
+    rng = np.random.default_rng(seed)
+    # numpy's PCG64 is not a cryptographic generator: fine for a simulation,
+    # a deployment must draw the noise from a CSPRNG.
+    noise = rng.integers(0, p, size=(n_noise, n_rows, width), dtype=np.int64)
+    segments = [residues[:, o * width : (o + 1) * width] for o in range(n_segments)]
+    segments += list(noise)
+    shares = np.empty((encoding.shape[1], n_rows, width), dtype=np.uint32)
+    for j in range(encoding.shape[1]):
+        acc = np.zeros((n_rows, width), dtype=np.int64)
+        for o, seg in enumerate(segments):
+            # (p - 1)**2 < 2**62: one product fits in int64; reduce after each term.
+            acc += seg * int(encoding[o, j])
+            acc %= p
+        shares[j] = acc
+    return shares
+
+
+# --------------------------------------------------------------------------- #
+# Party step and streamed decoding
+# --------------------------------------------------------------------------- #
+class EncodedRows:
+    """One party's encoded rows, prepared for exact float64 products.
+
+    Holds the centred residues split into the limbs of :class:`ModularProduct`
+    and the squared row norms mod p (centred). Built by the party from the
+    shares it received; nothing else.
+    """
+
+    def __init__(self, shares, plan):
+        p = plan.p
+        z = centred(shares, p)
+        self.limbs = plan.right_limbs(z)
+        self.shift = plan.shift
+        sq = np.asarray(shares, dtype=np.int64)
+        sq = sq * sq % p
+        self.norms = centred(sq.sum(axis=1) % p, p)
+
+    def rows(self, sl):
+        """Centred residues of rows ``sl`` (the left operand of a block product)."""
+        if len(self.limbs) == 1:
+            return self.limbs[0][sl]
+        hi, lo = self.limbs
+        return hi[sl] * 2.0**self.shift + lo[sl]
+
+    def limb_rows(self, sl):
+        return [b[sl] for b in self.limbs]
+
+
+def party_distance_block(left, right, rows_a, rows_b, plan, work):
+    """Party step on one block: ``G[a, b] = ||z_a - z_b||**2 mod p`` of its encoded rows.
+
+    ``left`` and ``right`` are the same party's :class:`EncodedRows` (the
+    training rows, or query rows against training rows). The result is left in
+    ``work["g"]`` as congruent integers with ``|G| <= 1.5 p`` (the block a party
+    uploads, before the canonical representative is taken).
+    """
+    p = plan.p
+    g, tmp, tmp2 = work["g"], work["tmp"], work["tmp2"]
+    a = left.rows(rows_a)
+    plan.product(a, right.limb_rows(rows_b), g, tmp, tmp2)
+    g *= -2.0
+    g += left.norms[rows_a, None]
+    g += right.norms[None, rows_b]
+    return reduce_inplace(g, p, 1.0 / p, tmp)
+
+
+class StreamingDecoder:
+    """Server side of the decoding, block by block.
+
+    The public weight ``w_j`` of each answering party is split into two signed
+    15-bit limbs so that ``w_j * G_j`` is an exact float64 sum; the two
+    accumulators are reduced every :attr:`flush_every` parties.
+    """
+
+    def __init__(self, weights, p, precision):
+        self.p = p
+        self.scale = 2.0 ** (-2 * precision)
+        w = centred(np.asarray(weights, dtype=np.int64), p)
+        self.w_lo = np.mod(w + 2.0**14, 2.0**15) - 2.0**14
+        self.w_hi = (w - self.w_lo) / 2.0**15
+        # |G| <= 1.5 p < 2**31.6 and |w limb| <= 2**15: 2**46.6 per term.
+        self.flush_every = 64
+
+    def decode_block(self, parties_left, parties_right, rows_a, rows_b, plan, work):
+        """Decoded real squared distances of one block (written into ``work['acc_hi']``)."""
+        p, pinv = self.p, 1.0 / self.p
+        acc_hi, acc_lo, tmp = work["acc_hi"], work["acc_lo"], work["tmp"]
+        acc_hi.fill(0.0)
+        acc_lo.fill(0.0)
+        for k, (left, right) in enumerate(zip(parties_left, parties_right)):
+            g = party_distance_block(left, right, rows_a, rows_b, plan, work)
+            np.multiply(g, self.w_hi[k], out=tmp)
+            acc_hi += tmp
+            np.multiply(g, self.w_lo[k], out=tmp)
+            acc_lo += tmp
+            if (k + 1) % self.flush_every == 0:
+                reduce_inplace(acc_hi, p, pinv, tmp)
+                reduce_inplace(acc_lo, p, pinv, tmp)
+        reduce_inplace(acc_hi, p, pinv, tmp)
+        reduce_inplace(acc_lo, p, pinv, tmp)
+        acc_hi *= 2.0**15
+        acc_hi += acc_lo
+        reduce_inplace(acc_hi, p, pinv, tmp)
+        canonical_inplace(acc_hi, p)
+        if np.any(acc_hi >= (p - 1) // 2):
+            raise ArithmeticError(
+                "a decoded squared distance wrapped around modulo p: the precision is too "
+                "high for this data or prime (the overflow guard should have refused it)"
+            )
+        acc_hi *= self.scale
+        return acc_hi
+
+
+def _blocks(n, size):
+    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def _work_buffers(local, shape):
+    bufs = getattr(local, "bufs", None)
+    if bufs is None or bufs["g"].shape != shape:
+        bufs = {k: np.empty(shape) for k in ("g", "tmp", "tmp2", "acc_hi", "acc_lo")}
+        local.bufs = bufs
+    return bufs
+
+
+def _run_blocks(task, tasks, n_jobs):
+    """Run block tasks on threads (numpy and BLAS release the GIL)."""
+    n_workers = min(effective_n_jobs(n_jobs), max(len(tasks), 1))
+    if n_workers == 1:
+        for args in tasks:
+            task(*args)
+        return
+    # One BLAS thread per worker: the workers already occupy the cores.
+    with threadpool_limits(limits=1, user_api="blas"):
+        Parallel(n_jobs=n_workers, backend="threading")(delayed(task)(*a) for a in tasks)
+
+
+def decode_squared_distances(parties, weights, plan, precision, *, out=None, n_jobs=None):
+    """Streamed ``D`` of the training rows from the answering parties' encoded rows.
+
+    Only the upper block triangle is computed (``D`` is symmetric); each block
+    is mirrored as soon as it is decoded.
+    """
+    n = parties[0].norms.shape[0]
+    decoder = StreamingDecoder(weights, plan.p, precision)
+    D = np.empty((n, n)) if out is None else out
+    blocks = _blocks(n, BLOCK_SIZE)
+    local = threading.local()
+
+    def task(ra, rb):
+        work = _work_buffers(local, (BLOCK_SIZE, BLOCK_SIZE))
+        shape = (ra.stop - ra.start, rb.stop - rb.start)
+        view = {k: v[: shape[0], : shape[1]] for k, v in work.items()}
+        block = decoder.decode_block(parties, parties, ra, rb, plan, view)
+        D[ra, rb] = block
+        if ra != rb:
+            D[rb, ra] = block.T
+
+    tasks = [(ra, rb) for i, ra in enumerate(blocks) for rb in blocks[i:]]
+    _run_blocks(task, tasks, n_jobs)
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+def decode_cross_distances(queries, parties, weights, plan, precision, *, n_jobs=None):
+    """Streamed squared distances between query rows and training rows."""
+    n_a, n_b = queries[0].norms.shape[0], parties[0].norms.shape[0]
+    decoder = StreamingDecoder(weights, plan.p, precision)
+    D = np.empty((n_a, n_b))
+    local = threading.local()
+
+    def task(ra, rb):
+        work = _work_buffers(local, (BLOCK_SIZE, BLOCK_SIZE))
+        shape = (ra.stop - ra.start, rb.stop - rb.start)
+        view = {k: v[: shape[0], : shape[1]] for k, v in work.items()}
+        D[ra, rb] = decoder.decode_block(queries, parties, ra, rb, plan, view)
+
+    tasks = [(ra, rb) for ra in _blocks(n_a, BLOCK_SIZE) for rb in _blocks(n_b, BLOCK_SIZE)]
+    _run_blocks(task, tasks, n_jobs)
+    return D
+
+
+# --------------------------------------------------------------------------- #
+# Wire sizes
+# --------------------------------------------------------------------------- #
+def wire_placeholder(n_elements, dtype=np.uint32):
+    """A zero-memory array standing for a streamed message of ``n_elements`` field elements.
+
+    The upload of a party is streamed block by block and never materialised;
+    this broadcast view has the message's true shape and dtype, so the
+    :class:`~skfedclust.Ledger` counts its real byte size without allocating it.
+    """
+    return np.broadcast_to(np.zeros(1, dtype=dtype), (int(n_elements),))
+
+
+# --------------------------------------------------------------------------- #
+# The whole protocol
+# --------------------------------------------------------------------------- #
+class LCCSetup:
+    """Validated public parameters of one LCC distance round."""
+
+    def __init__(self, *, n_clients, n_features, n_segments, n_colluders, prime, n_parties):
+        for name, value, low in (
+            ("n_segments", n_segments, 1),
+            ("n_colluders", n_colluders, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < low:
+                raise ValueError(
+                    f"{name} must be >= {low}, got {value}"
+                    + (
+                        " (t = 0 would send the data segments in the clear)"
+                        if name[2] == "c"
+                        else ""
+                    )
+                )
+        if n_parties is not None and (
+            isinstance(n_parties, bool) or not isinstance(n_parties, numbers.Integral)
+        ):
+            raise TypeError(f"n_parties must be an int or None, got {type(n_parties).__name__}")
+        self.l, self.t = int(n_segments), int(n_colluders)
+        self.n_clients = n_clients
+        self.m = max(n_clients, int(n_parties) if n_parties is not None else 0)
+        self.threshold = decoding_threshold(self.l, self.t)
+        if self.m < self.threshold:
+            raise ValueError(
+                f"LCC decoding needs at least 2*n_segments + 2*n_colluders - 1 = "
+                f"{self.threshold} share-holding parties, but there are {self.m} "
+                f"({n_clients} data-holding clients"
+                + (f", n_parties={n_parties}" if n_parties is not None else "")
+                + "). Add share-holding parties with n_parties="
+                f"{self.threshold}, or lower n_segments / n_colluders."
+            )
+        self.p = check_prime(prime, min_value=2 * max(self.m, self.l + self.t) + 1)
+        self.width = -(-n_features // self.l) if n_features else 1
+        self.plan = ModularProduct.plan(self.p, self.width)
+        self.encoding = encoding_matrix(self.l, self.t, self.m, self.p)
+
+    def survivors(self, dropped):
+        dropped = set() if dropped is None else {int(j) for j in dropped}
+        bad = sorted(j for j in dropped if not 0 <= j < self.m)
+        if bad:
+            raise ValueError(f"dropped names unknown parties {bad}: parties are 0..{self.m - 1}")
+        alive = [j for j in range(self.m) if j not in dropped]
+        if len(alive) < self.threshold:
+            raise ValueError(
+                f"only {len(alive)} parties answered but decoding needs "
+                f"{self.threshold} = 2*n_segments + 2*n_colluders - 1"
+            )
+        return alive
+
+
+def run_lcc_protocol(
+    client_arrays,
+    client_rows,
+    n_samples,
+    setup,
+    precision,
+    ledger,
+    seeds,
+    *,
+    dropped=None,
+    n_jobs=None,
+    round=0,
+    keep_parties=False,
+):
+    """Encode, exchange shares, compute and decode ``D`` (rows in global order).
+
+    Returns ``D`` and, when ``keep_parties``, the answering parties' encoded
+    rows with their indices (needed to answer later distance queries).
+    """
+    p, l, m = setup.p, setup.l, setup.m
+    ledger.stage(f"clients: quantize (q={precision}) and Lagrange-encode for {m} parties")
+    residues = [quantize(X, precision, p, l) for X in client_arrays]
+    shares = map_clients(
+        lcc_encode,
+        zip(residues, seeds),
+        n_jobs=n_jobs,
+        encoding=setup.encoding,
+        n_segments=l,
+        p=p,
+    )
+    ledger.stage("share exchange: every client sends each party its share of every row")
+    party_rows = np.empty((m, n_samples, setup.width), dtype=np.uint32)
+    for i, (rows, client_shares) in enumerate(zip(client_rows, shares)):
+        for j in range(m):
+            if j != i:
+                ledger.send(client_shares[j], sender=i, receiver=j, round=round, tag="LCC share")
+            party_rows[j, rows] = client_shares[j]
+    del shares
+
+    alive = setup.survivors(dropped)
+    ledger.stage(
+        f"parties: encoded squared distances mod p, streamed to the server "
+        f"({len(alive)} of {m} answer)"
+    )
+    n_pairs = n_samples * (n_samples - 1) // 2
+    for j in alive:
+        ledger.upload(j, wire_placeholder(n_pairs), round=round, tag="encoded distances")
+    parties = [EncodedRows(party_rows[j], setup.plan) for j in alive]
+    if not keep_parties:
+        del party_rows
+    weights = server_decoding_weights(alive, l, setup.t, p)
+    ledger.stage("server: streamed Lagrange decoding and lift to the reals")
+    D = decode_squared_distances(parties, weights, setup.plan, precision, n_jobs=n_jobs)
+    if keep_parties:
+        return D, (alive, party_rows[alive])
+    return D
+
+
+def lcc_squared_distances(
+    clients,
+    *,
+    n_segments=2,
+    n_colluders=2,
+    precision="auto",
+    prime=DEFAULT_PRIME,
+    n_parties=None,
+    dropped=None,
+    random_state=None,
+    n_jobs=None,
+):
+    """Exact global squared-distance matrix from Lagrange-coded shares (OmniFC).
+
+    Each client quantizes its rows to the prime field, cuts them into
+    ``n_segments`` segments, masks them with ``n_colluders`` uniformly random
+    segments and sends one Lagrange-coded share of every row to every
+    share-holding party. Each party computes the squared distances mod p of the
+    encoded rows it holds and uploads them; the server decodes the exact
+    squared distances of the quantized data from any ``2 l + 2 t - 1`` parties.
+    Any ``n_colluders`` parties together learn nothing about the data
+    (information-theoretic), however they pool their shares.
+
+    Read more in the :ref:`User Guide <omnifc>`.
+
+    Parameters
+    ----------
+    clients : list of array-like of shape (n_i, n_features)
+        The rows of each data-holding client. Rows are numbered client by
+        client. A client may hold no rows.
+    n_segments : int, default=2
+        Segments ``l`` each row is cut into (features are zero-padded to a
+        multiple of ``l``; padding changes no distance).
+    n_colluders : int, default=2
+        Noise segments ``t`` = the number of colluding parties tolerated.
+    precision : int or "auto", default="auto"
+        Fixed-point bits ``q``: values are scaled by ``2**q`` and rounded.
+        ``"auto"`` takes the largest ``q`` for which no squared distance can
+        wrap modulo ``prime``; a given ``q`` that could wrap raises.
+    prime : int, default=2**30 - 35
+        Field modulus, a prime below ``2**31``.
+    n_parties : int, default=None
+        Share-holding parties. Data clients are parties ``0 .. n_clients - 1``;
+        a larger value adds parties that hold no data. ``None`` uses the
+        clients only.
+    dropped : iterable of int, default=None
+        Parties whose results never arrive (stragglers). Decoding uses the
+        others; at least ``2 l + 2 t - 1`` must answer.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the clients' noise. ``D`` does not depend on it.
+    n_jobs : int, default=None
+        Workers for the client encoding (joblib) and the streamed block
+        computation (threads).
+
+    Returns
+    -------
+    D : ndarray of shape (n_samples, n_samples)
+        Squared Euclidean distances of the quantized rows, exact: ``D * 4**q``
+        is the integer ``||rint(2**q x_i) - rint(2**q x_j)||**2``.
+    ledger : :class:`~skfedclust.Ledger`
+        Every message of the round: shares (peer messages) and encoded
+        distance matrices (uploads), with their byte sizes.
+
+    See Also
+    --------
+    skfedclust.OmniFCClustering : Clustering on top of this matrix.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedclust.secure import lcc_squared_distances
+    >>> rng = np.random.RandomState(0)
+    >>> clients = [rng.rand(4, 3) for _ in range(7)]
+    >>> D, ledger = lcc_squared_distances(clients, precision=10, random_state=0)
+    >>> X = np.rint(np.vstack(clients) * 2**10)
+    >>> bool(np.array_equal(D * 4**10, ((X[:, None] - X[None]) ** 2).sum(-1)))
+    True
+    >>> ledger.report()["rounds"]
+    1
+    """
+    arrays = _check_clients(clients)
+    n_features = arrays[0].shape[1]
+    setup = LCCSetup(
+        n_clients=len(arrays),
+        n_features=n_features,
+        n_segments=n_segments,
+        n_colluders=n_colluders,
+        prime=prime,
+        n_parties=n_parties,
+    )
+    setup.survivors(dropped)
+    q = resolve_precision(precision, arrays, setup.p, n_features)
+    bounds = np.cumsum([0] + [a.shape[0] for a in arrays])
+    rows = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    rs = check_random_state(random_state)
+    seeds = rs.randint(np.iinfo(np.int32).max, size=len(arrays), dtype=np.int64)
+    ledger = Ledger(setup.m, name="lcc_squared_distances")
+    D = run_lcc_protocol(
+        arrays, rows, int(bounds[-1]), setup, q, ledger, seeds, dropped=dropped, n_jobs=n_jobs
+    )
+    return D, ledger
+
+
+def _check_clients(clients):
+    if not isinstance(clients, (list, tuple)) or len(clients) == 0:
+        raise TypeError("clients must be a non-empty list of 2-D arrays, one per client")
+    arrays = []
+    for i, Xi in enumerate(clients):
+        try:
+            Xi = check_array(Xi, dtype=np.float64, ensure_min_samples=0, input_name=f"client {i}")
+        except ValueError as exc:
+            raise ValueError(f"client {i}: {exc}") from exc
+        arrays.append(Xi)
+    widths = {a.shape[1] for a in arrays}
+    if len(widths) != 1:
+        raise ValueError(f"clients must share the same features; got widths {sorted(widths)}")
+    if sum(a.shape[0] for a in arrays) < 1:
+        raise ValueError("the clients hold no rows")
+    return arrays
