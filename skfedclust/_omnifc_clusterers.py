@@ -320,7 +320,8 @@ class FuzzyCMeans(ClusterMixin, BaseEstimator):
         u = rng.uniform(size=(X.shape[0], self.n_clusters))
         u /= u.sum(axis=1, keepdims=True)
         n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):
+        while n_iter < self.max_iter:
+            n_iter += 1
             um = u**self.m
             centers = (um.T @ X) / um.sum(axis=0)[:, None]
             new_u, d2 = self._memberships(X, centers)

@@ -447,21 +447,12 @@ class LCCSetup:
     """Validated public parameters of one LCC distance round."""
 
     def __init__(self, *, n_clients, n_features, n_segments, n_colluders, prime, n_parties):
-        for name, value, low in (
-            ("n_segments", n_segments, 1),
-            ("n_colluders", n_colluders, 1),
-        ):
+        for name, value in (("n_segments", n_segments), ("n_colluders", n_colluders)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < low:
-                raise ValueError(
-                    f"{name} must be >= {low}, got {value}"
-                    + (
-                        " (t = 0 would send the data segments in the clear)"
-                        if name[2] == "c"
-                        else ""
-                    )
-                )
+            if value < 1:
+                # t = 0 would send the data segments in the clear
+                raise ValueError(f"{name} must be >= 1, got {value}")
         if n_parties is not None and (
             isinstance(n_parties, bool) or not isinstance(n_parties, numbers.Integral)
         ):

@@ -1,0 +1,393 @@
+"""Tests of skfedclust.secure: field arithmetic and Lagrange-coded distances."""
+
+import itertools
+import tracemalloc
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from skfedclust.secure import (
+    DEFAULT_PRIME,
+    _lcc,
+    encoding_matrix,
+    evaluation_points,
+    lagrange_matrix,
+    lcc_encode,
+    lcc_squared_distances,
+    max_safe_precision,
+    modular_matmul,
+    quantize,
+    server_decoding_weights,
+)
+from skfedclust.secure._field import ModularProduct, centred
+from skfedclust.secure._lcc import (
+    EncodedRows,
+    decode_squared_distances,
+    precision_is_safe,
+)
+
+MERSENNE = 2**31 - 1
+
+
+def exact_sq_distances(X, q):
+    """Integer squared distances of rint(2**q X), with Python-exact int64."""
+    Xi = np.rint(np.ldexp(np.asarray(X, dtype=float), q)).astype(np.int64)
+    return ((Xi[:, None, :] - Xi[None, :, :]) ** 2).sum(-1)
+
+
+def as_int(D, q):
+    scaled = D * 4.0**q
+    assert np.array_equal(scaled, np.rint(scaled))
+    return scaled.astype(np.int64)
+
+
+def rational_mod(f, p):
+    return f.numerator * pow(f.denominator, -1, p) % p
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    # Small blocks exercise the block tiling and mirroring on small data.
+    monkeypatch.setattr(_lcc, "BLOCK_SIZE", 16)
+
+
+# --------------------------------------------------------------------------- #
+# Field arithmetic
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("p", [101, 8388593, DEFAULT_PRIME, MERSENNE])
+@pytest.mark.parametrize("width", [1, 7, 300, 1100])
+def test_modular_matmul_is_exact(p, width):
+    rng = np.random.default_rng(width)
+    a = rng.integers(0, p, size=(6, width))
+    b = rng.integers(0, p, size=(5, width))
+    # worst cases: all entries at the extremes of the centred range
+    a[0] = (p - 1) // 2
+    b[0] = (p + 1) // 2
+    expected = np.array([[sum(int(x) * int(y) for x, y in zip(r, s)) % p for s in b] for r in a])
+    assert np.array_equal(modular_matmul(a, b, p), expected)
+
+
+def test_product_plan_uses_fewest_products():
+    assert ModularProduct.plan(8388593, 392).n_limbs == 1
+    plan = ModularProduct.plan(DEFAULT_PRIME, 784 // 2)
+    assert (plan.n_limbs, len(plan.chunks(392))) == (2, 1)
+    assert len(ModularProduct.plan(MERSENNE, 1100).chunks(1100)) > 1
+
+
+def test_modular_matmul_rejects_bad_input():
+    with pytest.raises(ValueError, match="not a prime"):
+        modular_matmul(np.ones((2, 2), int), np.ones((2, 2), int), 100)
+    with pytest.raises(ValueError, match=r"\[0, p\)"):
+        modular_matmul(np.full((2, 2), 200), np.ones((2, 2), int), 101)
+    with pytest.raises(TypeError, match="integers"):
+        modular_matmul(np.ones((2, 2)), np.ones((2, 2), int), 101)
+
+
+# --------------------------------------------------------------------------- #
+# Public parameters and the worked example of the spec (§2.2, §2.5, §2.10)
+# --------------------------------------------------------------------------- #
+def test_encoding_matrix_matches_paper_defaults():
+    U = encoding_matrix(2, 2, 7, MERSENNE)
+    rationals = [
+        [35, 5, -1, 1, -5, -35, -105],
+        [-35, 15, 9, -5, 21, 135, 385],
+        [21, -5, 9, 15, -35, -189, -495],
+        [-5, 1, -1, 5, 35, 105, 231],
+    ]
+    expected = [[rational_mod(Fraction(v, 16), MERSENNE) for v in row] for row in rationals]
+    assert np.array_equal(U, expected)
+
+
+def test_decoding_weights_match_paper_defaults():
+    w = server_decoding_weights(list(range(7)), 2, 2, MERSENNE)
+    rationals = [(105, 512), (441, 256), (-105, 512), (63, 128), (-153, 512), (25, 256), (-7, 512)]
+    assert w.tolist() == [rational_mod(Fraction(*f), MERSENNE) for f in rationals]
+
+
+@pytest.mark.parametrize("m, l, t", [(7, 2, 2), (10, 2, 2), (9, 3, 1), (5, 1, 2), (20, 4, 3)])
+def test_decoding_weights_sum_to_l(m, l, t):
+    p = DEFAULT_PRIME
+    for parties in (list(range(m)), list(range(m))[-(2 * l + 2 * t - 1) :]):
+        assert int(server_decoding_weights(parties, l, t, p).sum()) % p == l
+
+
+def test_worked_test_vector():
+    p, q, l, t = 101, 0, 1, 1
+    alphas, betas = evaluation_points(l, t, 3)
+    assert (alphas, betas) == ([1, 3], [0, 2, 4])
+    U = encoding_matrix(l, t, 3, p)
+    assert U.tolist() == [[52, 51, 50], [50, 51, 52]]
+    x = quantize(np.array([[2.0, 3.0], [5.0, -1.0]]), q, p, l)
+    assert x.tolist() == [[2, 3], [5, 100]]
+    noise = np.array([[7, 11], [13, 17]])
+    shares = (U[0][:, None, None] * x[None] + U[1][:, None, None] * noise[None]) % p
+    assert shares[:, 0].tolist() == [[50, 100], [55, 7], [60, 15]]
+    assert shares[:, 1].tolist() == [[1, 91], [9, 8], [17, 26]]
+    G = [int(((s[0] - s[1]) ** 2).sum() % p) for s in shares]
+    assert G == [58, 97, 51]
+    w = server_decoding_weights([0, 1, 2], l, t, p)
+    assert w.tolist() == [13, 26, 63]
+    assert int((w * np.array(G)).sum() % p) == 25 == (2 - 5) ** 2 + (3 + 1) ** 2
+    # the streamed party/server path decodes the same value from the same shares
+    parties = [EncodedRows(s.astype(np.uint32), ModularProduct.plan(p, 2)) for s in shares]
+    D = decode_squared_distances(parties, w, ModularProduct.plan(p, 2), q)
+    assert D[0, 1] == D[1, 0] == 25.0
+
+
+# --------------------------------------------------------------------------- #
+# Exactness
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("n_features, n_segments", [(6, 2), (5, 2), (7, 3), (1, 2)])
+def test_distances_are_bit_exact(n_features, n_segments):
+    rng = np.random.RandomState(n_features)
+    X = rng.randn(41, n_features) * 3.0  # negative values, several blocks
+    clients = np.array_split(X, 7)
+    D, _ = lcc_squared_distances(
+        clients, n_segments=n_segments, n_colluders=1, precision=9, random_state=0
+    )
+    assert np.array_equal(as_int(D, 9), exact_sq_distances(X, 9))
+    assert np.array_equal(D, D.T)
+    assert np.all(np.diag(D) == 0)
+
+
+def test_mersenne_prime_and_auto_precision_are_exact():
+    rng = np.random.RandomState(1)
+    X = rng.rand(30, 9)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    D, _ = lcc_squared_distances(np.array_split(X, 7), prime=MERSENNE, random_state=0)
+    q = max_safe_precision(1.0, 1.0, 9, MERSENNE)
+    assert q >= 13
+    assert np.array_equal(as_int(D, q), exact_sq_distances(X, q))
+
+
+def test_distances_identical_for_every_partition_seed_and_parameters():
+    rng = np.random.RandomState(2)
+    X = rng.randn(36, 6)
+    reference = exact_sq_distances(X, 8)
+    configs = [(7, 2, 2), (10, 2, 2), (9, 3, 1), (5, 1, 2), (3, 1, 1), (20, 4, 3)]
+    for seed, (m, l, t) in enumerate(configs):
+        # a different split of the rows each time, including empty clients
+        cuts = np.sort(np.random.RandomState(seed).choice(37, m - 1))
+        clients = np.split(X, cuts)
+        D, _ = lcc_squared_distances(
+            clients, n_segments=l, n_colluders=t, precision=8, random_state=seed
+        )
+        assert np.array_equal(as_int(D, 8), reference), (m, l, t)
+
+
+def test_distances_identical_for_every_surviving_subset():
+    X = np.random.RandomState(3).randn(20, 4)
+    clients = np.array_split(X, 9)
+    reference = exact_sq_distances(X, 7)
+    for n_dropped in (0, 1, 2):
+        for dropped in itertools.combinations(range(9), n_dropped):
+            D, ledger = lcc_squared_distances(
+                clients, precision=7, dropped=dropped, random_state=n_dropped
+            )
+            assert np.array_equal(as_int(D, 7), reference), dropped
+            uploaders = {m.sender for m in ledger.messages if m.receiver == "server"}
+            assert uploaders == set(range(9)) - set(dropped)
+
+
+def test_too_many_stragglers_or_parties_below_threshold_raise():
+    clients = np.array_split(np.random.RandomState(0).randn(20, 4), 8)
+    with pytest.raises(ValueError, match="only 6 parties answered"):
+        lcc_squared_distances(clients, dropped=[0, 5])
+    with pytest.raises(ValueError, match="unknown parties"):
+        lcc_squared_distances(clients, dropped=[8])
+    with pytest.raises(ValueError, match="1 = 7 share-holding parties, but there are 6"):
+        lcc_squared_distances(clients[:6])
+    D, ledger = lcc_squared_distances(clients[:3], n_parties=7, precision=6)
+    assert ledger.n_parties == 7
+    assert np.array_equal(as_int(D, 6), exact_sq_distances(np.vstack(clients[:3]), 6))
+
+
+def test_decoding_below_threshold_is_wrong():
+    """Six answers for a degree-6 polynomial (l = t = 2) cannot decode: F4 of the spec."""
+    p, q = DEFAULT_PRIME, 6
+    X = np.random.RandomState(4).randn(30, 4)
+    res = quantize(X, q, p, 2)
+    U = encoding_matrix(2, 2, 7, p)
+    shares = lcc_encode(res, 0, encoding=U, n_segments=2, p=p)
+    plan = ModularProduct.plan(p, 2)
+    parties = [EncodedRows(shares[j], plan) for j in range(7)]
+    ok = decode_squared_distances(parties, server_decoding_weights(range(7), 2, 2, p), plan, q)
+    assert np.array_equal(as_int(ok, q), exact_sq_distances(X, q))
+    with pytest.raises(ArithmeticError, match="wrapped"):
+        # interpolating through 6 points gives garbage residues, caught by the lift
+        decode_squared_distances(parties[:6], server_decoding_weights(range(6), 2, 2, p), plan, q)
+
+
+# --------------------------------------------------------------------------- #
+# Privacy
+# --------------------------------------------------------------------------- #
+def _coalition_cells(secret, coalition, *, p=13, l=2, t=2, m=7, n_rows=12000, seed=0):
+    """Flattened joint value of the coalition's shares of one coordinate, per row."""
+    residues = np.tile(np.asarray(secret, dtype=np.int64), (n_rows, 1))
+    shares = lcc_encode(residues, seed, encoding=encoding_matrix(l, t, m, p), n_segments=l, p=p)
+    values = shares[list(coalition), :, 0].astype(np.int64)
+    return np.ravel_multi_index(tuple(values), (p,) * len(coalition))
+
+
+def test_t_colluders_see_uniform_shares_independent_of_the_data():
+    p = 13
+    for coalition in [(0, 1), (2, 6), (3, 5)]:
+        counts = []
+        for seed, secret in enumerate(([0, 0], [5, 11], [12, 1])):
+            cells = _coalition_cells(secret, coalition, seed=seed)
+            c = np.bincount(cells, minlength=p**2)
+            assert stats.chisquare(c).pvalue > 1e-3, (coalition, secret)
+            counts.append(c)
+        # same distribution whatever the secret
+        assert stats.chi2_contingency(np.array(counts)).pvalue > 1e-3
+
+
+def test_the_uniformity_test_detects_a_leak():
+    """t + 1 parties see a data-dependent subspace: the same test rejects uniformity."""
+    p = 13
+    cells = _coalition_cells([5, 11], (0, 1, 2))
+    c = np.bincount(cells, minlength=p**3)
+    assert stats.chisquare(c).pvalue < 1e-12
+
+
+@pytest.mark.parametrize("coalition", [(0, 1, 2, 3), (1, 3, 4, 6)])
+def test_l_plus_t_parties_decode_the_segments(coalition):
+    p, l, t, m = DEFAULT_PRIME, 2, 2, 7
+    X = np.random.RandomState(5).randn(5, 6)
+    res = quantize(X, 10, p, l)
+    shares = lcc_encode(res, 3, encoding=encoding_matrix(l, t, m, p), n_segments=l, p=p)
+    alphas, betas = evaluation_points(l, t, m)
+    # interpolate each row's polynomial from the coalition and evaluate it at alpha_1..alpha_l
+    lam = lagrange_matrix([betas[j] for j in coalition], alphas[:l], p)
+    stacked = shares[list(coalition)].astype(object)
+    segments = [
+        sum(int(lam[k, o]) * stacked[k] for k in range(len(coalition))) % p for o in range(l)
+    ]
+    assert np.array_equal(np.hstack(segments).astype(np.int64), res)
+
+
+def test_privacy_structure_matrices_are_invertible():
+    """Every t-subset's noise-to-share map is invertible (F6)."""
+    for m, l, t in [(7, 2, 2), (10, 2, 2), (12, 3, 2)]:
+        p = DEFAULT_PRIME
+        U = encoding_matrix(l, t, m, p)
+        for C in itertools.combinations(range(m), t):
+            block = [[int(U[l + o, j]) for j in C] for o in range(t)]
+            assert _det_mod(block, p) != 0
+
+
+def _det_mod(M, p):
+    M = [row[:] for row in M]
+    n, det = len(M), 1
+    for c in range(n):
+        pivot = next((r for r in range(c, n) if M[r][c] % p), None)
+        if pivot is None:
+            return 0
+        if pivot != c:
+            M[c], M[pivot] = M[pivot], M[c]
+            det = -det
+        det = det * M[c][c] % p
+        inv = pow(M[c][c], -1, p)
+        for r in range(c + 1, n):
+            f = M[r][c] * inv % p
+            M[r] = [(a - f * b) % p for a, b in zip(M[r], M[c])]
+    return det % p
+
+
+# --------------------------------------------------------------------------- #
+# Precision and overflow guard
+# --------------------------------------------------------------------------- #
+def test_auto_precision_is_the_largest_safe_one():
+    X = np.random.RandomState(6).rand(20, 16)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    q = max_safe_precision(X.max(), 1.0, 16, MERSENNE)
+    assert precision_is_safe(q, X.max(), 1.0, 16, MERSENNE)
+    assert not precision_is_safe(q + 1, X.max(), 1.0, 16, MERSENNE)
+
+
+def test_precision_that_could_wrap_raises():
+    X = np.random.RandomState(7).rand(21, 4)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    with pytest.raises(ValueError, match="could wrap around"):
+        lcc_squared_distances(np.array_split(X, 7), precision=16, prime=MERSENNE)
+    with pytest.raises(TypeError, match="precision"):
+        lcc_squared_distances(np.array_split(X, 7), precision=1.5)
+
+
+def test_wrap_is_detected_not_silently_returned():
+    # the guard is bypassed on purpose: a true distance of 100 >= p/2 must not decode quietly
+    p = 101
+    res = quantize(np.array([[0.0], [10.0]]), 0, p, 1)
+    U = encoding_matrix(1, 1, 3, p)
+    plan = ModularProduct.plan(p, 1)
+    shares = lcc_encode(res, 0, encoding=U, n_segments=1, p=p)
+    parties = [EncodedRows(shares[j], plan) for j in range(3)]
+    with pytest.raises(ArithmeticError, match="wrapped"):
+        decode_squared_distances(parties, server_decoding_weights(range(3), 1, 1, p), plan, 0)
+
+
+def test_bad_input_raises():
+    X = np.random.RandomState(8).rand(21, 4)
+    clients = np.array_split(X, 7)
+    bad = [c.copy() for c in clients]
+    bad[2][0, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        lcc_squared_distances(bad)
+    with pytest.raises(ValueError, match="same features"):
+        lcc_squared_distances(clients[:6] + [np.ones((3, 5))])
+    with pytest.raises(ValueError, match="n_colluders must be >= 1"):
+        lcc_squared_distances(clients, n_colluders=0)
+    with pytest.raises(ValueError, match="prime"):
+        lcc_squared_distances(clients, prime=2**31 + 11)
+    with pytest.raises(TypeError, match="list"):
+        lcc_squared_distances(X)
+
+
+# --------------------------------------------------------------------------- #
+# Protocol bookkeeping and streaming
+# --------------------------------------------------------------------------- #
+def test_ledger_counts_shares_and_uploads():
+    sizes = [3, 5, 4, 6, 2, 3, 7]
+    clients = [np.random.RandomState(i).rand(s, 9) for i, s in enumerate(sizes)]
+    n, m, w = sum(sizes), 7, 5  # 9 features padded to 2 segments of 5
+    _, ledger = lcc_squared_distances(clients, precision=8)
+    report = ledger.report()
+    assert report["rounds"] == 1
+    # F15: (m - 1) n_j w shares sent by client j, n(n-1)/2 elements uploaded per party
+    assert report["per_client"]["bytes_peer_sent"].tolist() == [4 * (m - 1) * s * w for s in sizes]
+    assert report["per_client"]["bytes_up"].tolist() == [4 * n * (n - 1) // 2] * m
+    assert report["bytes_down"] == 0
+
+
+def test_n_jobs_invariance():
+    X = np.random.RandomState(9).randn(50, 6)
+    clients = np.array_split(X, 7)
+    D1, l1 = lcc_squared_distances(clients, random_state=0, n_jobs=1)
+    D2, l2 = lcc_squared_distances(clients, random_state=0, n_jobs=2)
+    assert np.array_equal(D1, D2)
+    assert l1.report()["bytes_total"] == l2.report()["bytes_total"]
+
+
+def test_streaming_never_holds_the_party_matrices(monkeypatch):
+    monkeypatch.setattr(_lcc, "BLOCK_SIZE", 128)
+    n = 1200
+    X = np.random.RandomState(10).rand(n, 4)
+    clients = np.array_split(X, 7)
+    tracemalloc.start()
+    D, _ = lcc_squared_distances(clients, precision=10)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    one = n * n * 8
+    # D itself plus small blocks; seven party matrices would be 7 * one
+    assert peak < 2.5 * one
+    assert np.array_equal(as_int(D, 10), exact_sq_distances(X, 10))
+
+
+def test_centred_residues_roundtrip():
+    p = DEFAULT_PRIME
+    r = np.array([0, 1, p // 2, p // 2 + 1, p - 1])
+    c = centred(r, p)
+    assert np.all(np.abs(c) <= p // 2)
+    assert np.array_equal(np.mod(c.astype(np.int64), p), r)
