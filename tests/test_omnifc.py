@@ -1,0 +1,284 @@
+"""Tests of OmniFCClustering."""
+
+import numpy as np
+import pytest
+from scipy.cluster.hierarchy import fcluster, linkage
+from sklearn.base import clone
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans, SpectralClustering
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skfedclust import OmniFCClustering
+from skfedclust._omnifc_clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
+from skfedclust.partition import IIDPartition, NonIIDLevelPartition
+from skfedclust.secure import max_safe_precision
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(120, centers=3, cluster_std=0.6, random_state=3)
+    return X, y
+
+
+def exact_sq(X, Y, q):
+    Xi = np.rint(np.ldexp(X, q)).astype(np.int64)
+    Yi = np.rint(np.ldexp(Y, q)).astype(np.int64)
+    return ((Xi[:, None, :] - Yi[None, :, :]) ** 2).sum(-1) / 4.0**q
+
+
+def q_auto(X, est):
+    return max_safe_precision(
+        np.abs(X).max(), np.linalg.norm(X, axis=1).max(), X.shape[1], est.prime
+    )
+
+
+# --------------------------------------------------------------------------- #
+# The reconstructed matrix
+# --------------------------------------------------------------------------- #
+def test_dissimilarity_matrix_is_exact_in_input_order(blobs):
+    X, y = blobs
+    est = OmniFCClustering(
+        3, clusterer="kmedoids", partition=NonIIDLevelPartition(0.5, n_clients=7)
+    )
+    est.fit(X, y)
+    assert est.precision_ == q_auto(X, est)
+    assert np.array_equal(est.dissimilarity_matrix_, exact_sq(X, X, est.precision_))
+
+
+def test_same_result_for_every_partition(blobs):
+    X, y = blobs
+    reference = None
+    partitions = [None, 9, IIDPartition(8)] + [
+        NonIIDLevelPartition(p, n_clients=7) for p in (0.0, 0.25, 0.5, 0.75, 1.0)
+    ]
+    for partition in partitions:
+        est = OmniFCClustering(3, partition=partition, random_state=0)
+        est.fit(X, y)
+        # the noise differs with the partition seed but D and labels do not
+        if reference is None:
+            reference = est
+            continue
+        assert np.array_equal(est.dissimilarity_matrix_, reference.dissimilarity_matrix_)
+        assert np.array_equal(est.labels_, reference.labels_)
+
+
+def test_same_matrix_for_every_random_state(blobs):
+    X, _ = blobs
+    fits = [OmniFCClustering(3, clusterer="kmedoids", random_state=s).fit(X) for s in range(3)]
+    for est in fits[1:]:
+        assert np.array_equal(est.dissimilarity_matrix_, fits[0].dissimilarity_matrix_)
+        assert np.array_equal(est.labels_, fits[0].labels_)
+
+
+def test_client_list_and_client_ids_give_the_same_matrix(blobs):
+    X, _ = blobs
+    ids = np.arange(len(X)) % 7
+    by_ids = OmniFCClustering(3, random_state=1).fit(X, client_ids=ids)
+    order = np.argsort(ids, kind="stable")
+    clients = [X[ids == c] for c in range(7)]
+    by_list = OmniFCClustering(3, random_state=1).fit(clients)
+    D = by_ids.dissimilarity_matrix_
+    assert np.array_equal(by_list.dissimilarity_matrix_, D[np.ix_(order, order)])
+    assert np.array_equal(by_list.labels_, by_ids.labels_[order])
+
+
+def test_n_jobs_invariance(blobs):
+    X, _ = blobs
+    a = OmniFCClustering(3, clusterer="kmeans", random_state=0, n_jobs=1).fit(X)
+    b = OmniFCClustering(3, clusterer="kmeans", random_state=0, n_jobs=2).fit(X)
+    assert np.array_equal(a.dissimilarity_matrix_, b.dissimilarity_matrix_)
+    assert np.array_equal(a.labels_, b.labels_)
+
+
+def test_features_not_divisible_by_segments_are_padded():
+    X, _ = make_blobs(60, n_features=5, centers=2, random_state=0)
+    est = OmniFCClustering(2, n_segments=2, n_colluders=1, clusterer="kmedoids").fit(X)
+    assert np.array_equal(est.dissimilarity_matrix_, exact_sq(X, X, est.precision_))
+    est3 = OmniFCClustering(2, n_segments=3, n_colluders=2, clusterer="kmedoids").fit(X)
+    assert np.array_equal(est3.dissimilarity_matrix_, est.dissimilarity_matrix_)
+
+
+# --------------------------------------------------------------------------- #
+# Equivalence with the centralized methods (spec §3)
+# --------------------------------------------------------------------------- #
+def test_spectral_equals_centralized_rbf(blobs):
+    X, _ = blobs
+    for gamma in (1.0, 0.3):
+        est = OmniFCClustering(
+            3, clusterer="spectral", clusterer_params={"gamma": gamma}, random_state=0
+        ).fit(X)
+        central = SpectralClustering(3, gamma=gamma, random_state=0).fit(X)
+        assert np.array_equal(est.labels_, central.labels_)
+
+
+def test_dbscan_equals_centralized(blobs):
+    X, _ = blobs
+    params = {"eps": 0.7, "min_samples": 4}
+    est = OmniFCClustering(clusterer="dbscan", clusterer_params=params).fit(X)
+    central = DBSCAN(**params).fit(X)
+    assert np.array_equal(est.labels_, central.labels_)
+    assert np.array_equal(est.clusterer_.core_sample_indices_, central.core_sample_indices_)
+
+
+@pytest.mark.parametrize("method", ["ward", "average", "complete", "single"])
+def test_agglomerative_equals_centralized(blobs, method):
+    X, _ = blobs
+    est = OmniFCClustering(4, clusterer="agglomerative", clusterer_params={"linkage": method}).fit(
+        X
+    )
+    central = fcluster(linkage(X, method), 4, criterion="maxclust")
+    assert adjusted_rand_score(central, est.labels_) == 1.0
+    sk = AgglomerativeClustering(4, linkage=method).fit(X)
+    assert adjusted_rand_score(sk.labels_, est.labels_) == 1.0
+
+
+def test_kmedoids_equals_centralized(blobs):
+    X, _ = blobs
+    for params in ({}, {"method": "pam", "init": "build"}):
+        est = OmniFCClustering(3, clusterer="kmedoids", clusterer_params=params).fit(X)
+        central = KMedoids(3, **params).fit(X)
+        assert np.array_equal(est.labels_, central.labels_)
+        assert np.array_equal(est.clusterer_.medoid_indices_, central.medoid_indices_)
+
+
+@pytest.mark.parametrize("clusterer, cls", [("kmeans", KMeans), ("fcm", FuzzyCMeans)])
+def test_feature_methods_equal_the_method_on_rows_of_D(blobs, clusterer, cls):
+    X, y = blobs
+    est = OmniFCClustering(3, clusterer=clusterer, random_state=0).fit(X)
+    D_ref = exact_sq(X, X, est.precision_)
+    central = cls(3, random_state=0).fit(D_ref)
+    assert np.array_equal(est.labels_, central.labels_)
+    assert adjusted_rand_score(y, est.labels_) > 0.9
+
+
+def test_nmf_labels_are_largest_component(blobs):
+    X, y = blobs
+    est = OmniFCClustering(3, clusterer="nmf", random_state=0).fit(X)
+    W = est.clusterer_.transform(est.dissimilarity_matrix_)
+    assert np.array_equal(est.labels_, np.argmax(W, axis=1))
+
+
+def test_custom_precomputed_estimators(blobs):
+    X, _ = blobs
+    est = OmniFCClustering(clusterer=DBSCAN(eps=0.7, metric="precomputed")).fit(X)
+    assert np.array_equal(est.labels_, DBSCAN(eps=0.7).fit(X).labels_)
+    sc = SpectralClustering(3, affinity="precomputed", gamma=0.5, random_state=0)
+    est = OmniFCClustering(clusterer=sc).fit(X)
+    central = SpectralClustering(3, gamma=0.5, random_state=0).fit(X)
+    assert np.array_equal(est.labels_, central.labels_)
+    agg = AgglomerativeClustering(3, metric="precomputed", linkage="average")
+    est = OmniFCClustering(clusterer=agg).fit(X)
+    assert (
+        adjusted_rand_score(
+            est.labels_, AgglomerativeClustering(3, linkage="average").fit(X).labels_
+        )
+        == 1.0
+    )
+    with pytest.raises(ValueError, match="precomputed"):
+        OmniFCClustering(clusterer=KMeans(3)).fit(X)
+
+
+def test_hierarchical_linkage_and_fcm_helpers():
+    X, y = make_blobs(90, centers=3, cluster_std=0.4, random_state=1)
+    fcm = FuzzyCMeans(3, random_state=0).fit(X)
+    assert np.allclose(fcm.u_.sum(axis=1), 1.0)
+    assert adjusted_rand_score(y, fcm.labels_) == 1.0
+    assert np.array_equal(fcm.predict(X), fcm.labels_)
+    single = HierarchicalLinkage(1).fit(np.zeros((1, 1)))
+    assert single.labels_.tolist() == [0]
+
+
+# --------------------------------------------------------------------------- #
+# Parties, threshold, errors
+# --------------------------------------------------------------------------- #
+def test_n_parties_lets_few_data_holders_run(blobs):
+    X, _ = blobs
+    clients = [X[:40], X[40:80], X[80:]]
+    with pytest.raises(ValueError, match="n_parties=7"):
+        OmniFCClustering(3).fit(clients)
+    est = OmniFCClustering(3, n_parties=7, clusterer="kmedoids").fit(clients)
+    assert est.n_parties_ == 7 and est.n_clients_ == 3
+    report = est.communication_
+    assert report["rounds"] == 1
+    assert len(report["per_client"]["bytes_up"]) == 7
+    # share-holding parties without data upload but send no shares
+    assert np.all(report["per_client"]["bytes_peer_sent"][3:] == 0)
+    assert np.all(report["per_client"]["bytes_up"] == 4 * 120 * 119 // 2)
+    assert np.array_equal(est.dissimilarity_matrix_, exact_sq(X, X, est.precision_))
+
+
+def test_communication_matches_protocol(blobs):
+    X, _ = blobs
+    est = OmniFCClustering(3, partition=7, clusterer="kmeans", random_state=0).fit(X)
+    sizes = est.client_sizes_
+    report = est.communication_
+    w = 1  # two features in two segments
+    assert report["per_client"]["bytes_peer_sent"].tolist() == [4 * 6 * s * w for s in sizes]
+    assert report["bytes_up"] == 7 * 4 * 120 * 119 // 2
+    item = est.labels_.itemsize
+    assert report["per_client"]["bytes_down"].tolist() == [item * s for s in sizes]
+
+
+def test_bad_input_raises(blobs):
+    X, _ = blobs
+    Xn = X.copy()
+    Xn[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        OmniFCClustering(3).fit(Xn)
+    with pytest.raises(ValueError, match="could wrap around"):
+        OmniFCClustering(3, precision=40).fit(X)
+    with pytest.raises(ValueError, match="n_segments"):
+        OmniFCClustering(3, n_segments=0).fit(X)
+    with pytest.raises(ValueError, match="not a prime"):
+        OmniFCClustering(3, prime=2**30).fit(X)
+    with pytest.raises(ValueError, match="clusterer"):
+        OmniFCClustering(3, clusterer="birch").fit(X)
+    with pytest.raises(ValueError, match="feature_dissimilarity"):
+        OmniFCClustering(
+            3, clusterer="kmeans", clusterer_params={"feature_dissimilarity": "l1"}
+        ).fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# predict
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize(
+    "clusterer", ["kmeans", "fcm", "nmf", "spectral", "kmedoids", "dbscan", "agglomerative"]
+)
+def test_predict_uses_exact_secure_distances(blobs, clusterer):
+    X, y = blobs
+    params = {"eps": 0.7} if clusterer == "dbscan" else None
+    est = OmniFCClustering(3, clusterer=clusterer, clusterer_params=params, random_state=0)
+    est.fit(X[:100])
+    new = X[100:] + 0.01
+    assert np.array_equal(est._query_distances(new), exact_sq(new, X[:100], est.precision_))
+    pred = est.predict(X[100:])
+    assert pred.shape == (20,)
+    if clusterer != "nmf":
+        # a training row is its own nearest neighbour / in its own cell
+        assert np.array_equal(est.predict(X[:100]), est.labels_)
+    if clusterer in ("kmeans", "spectral", "kmedoids", "agglomerative", "fcm"):
+        assert adjusted_rand_score(y[100:], pred) == 1.0
+
+
+def test_predict_refuses_rows_that_could_wrap(blobs):
+    X, _ = blobs
+    est = OmniFCClustering(3, clusterer="kmedoids").fit(X)
+    with pytest.raises(ValueError, match="wrap"):
+        est.predict(X * 1000)
+
+
+# --------------------------------------------------------------------------- #
+# scikit-learn integration
+# --------------------------------------------------------------------------- #
+def test_pipeline_clone_and_grid_search(blobs):
+    X, y = blobs
+    pipe = make_pipeline(StandardScaler(), OmniFCClustering(3, clusterer="kmedoids"))
+    labels = pipe.fit_predict(X)
+    assert adjusted_rand_score(y, labels) == 1.0
+    est = clone(OmniFCClustering(3, clusterer="kmeans", random_state=0))
+    grid = GridSearchCV(est, {"n_clusters": [2, 3]}, scoring="adjusted_rand_score", cv=2).fit(X, y)
+    assert grid.best_params_ == {"n_clusters": 3}
