@@ -179,6 +179,12 @@ class DirichletPartition(_BasePartition):
     until every client holds at least ``min_size`` samples (Hsu et al., 2019;
     the procedure of FedBE and NIID-Bench). Smaller ``alpha`` means more skew.
 
+    ``method="hsu"`` is Hsu et al.'s per-client variant instead: client ``m``
+    draws its class mixture ``q_m ~ Dirichlet(alpha * prior)`` (``prior`` = the
+    class frequencies) and takes ``n_samples / n_clients`` samples by it,
+    without replacement; a class that runs out is left out of the later draws,
+    so every sample still goes to exactly one client.
+
     Without ``y``, pseudo-labels from one k-means run with
     ``n_pseudo_classes`` clusters stand in for the classes, so clients are
     skewed over regions of the feature space.
@@ -197,6 +203,9 @@ class DirichletPartition(_BasePartition):
         Number of k-means pseudo-classes used when ``y`` is None.
     max_draws : int, default=1000
         Number of redraws before giving up with a ``ValueError``.
+    method : {"per_class", "hsu"}, default="per_class"
+        Per-class shares (above) or per-client mixtures (``"hsu"``, equal client
+        sizes; ``min_size``, ``balance`` and ``max_draws`` do not apply).
     random_state : int, RandomState instance or None, default=None
         Seed of the draws. ``None`` lets the estimator's ``random_state`` decide.
 
@@ -220,6 +229,7 @@ class DirichletPartition(_BasePartition):
         balance=True,
         n_pseudo_classes=10,
         max_draws=1000,
+        method="per_class",
         random_state=None,
     ):
         self.n_clients = n_clients
@@ -228,6 +238,7 @@ class DirichletPartition(_BasePartition):
         self.balance = balance
         self.n_pseudo_classes = n_pseudo_classes
         self.max_draws = max_draws
+        self.method = method
         self.random_state = random_state
 
     def _class_shares(self, rng, n_clients, open_clients):
@@ -244,6 +255,25 @@ class DirichletPartition(_BasePartition):
             total = 1.0
         return p / total
 
+    def _per_client_mixtures(self, by_class, n, n_clients, rng):
+        pools = [rng.permutation(idx) for idx in by_class]
+        remaining = np.array([len(idx) for idx in pools])
+        used = np.zeros(len(pools), dtype=int)
+        concentration = float(self.alpha) * remaining / n
+        rows = []
+        for size in (len(part) for part in np.array_split(np.arange(n), n_clients)):
+            q = np.nan_to_num(rng.dirichlet(concentration))
+            take = np.zeros(len(pools), dtype=int)
+            while take.sum() < size:
+                open_ = (remaining - take) > 0
+                w = q * open_ if (q * open_).sum() > 0 else open_.astype(float)
+                draw = rng.multinomial(size - take.sum(), w / w.sum())
+                take += np.minimum(draw, remaining - take)
+            rows.append(np.concatenate([p[u : u + t] for p, u, t in zip(pools, used, take)]))
+            used += take
+            remaining -= take
+        return rows
+
     def _split_rows(self, X, y, rng):
         n_clients = _check_positive_int(self.n_clients, "n_clients")
         if not self.alpha > 0:
@@ -253,6 +283,10 @@ class DirichletPartition(_BasePartition):
         labels = _class_labels(X, y, self.n_pseudo_classes, rng)
         min_size = min(_check_positive_int(self.min_size, "min_size", 0), n // n_clients)
         by_class = [np.flatnonzero(labels == c) for c in range(labels.max() + 1)]
+        if self.method == "hsu":
+            return self._per_client_mixtures(by_class, n, n_clients, rng)
+        if self.method != "per_class":
+            raise ValueError(f"method must be 'per_class' or 'hsu', got {self.method!r}")
         cap = n / n_clients
         for _ in range(_check_positive_int(self.max_draws, "max_draws")):
             batches = [[] for _ in range(n_clients)]
