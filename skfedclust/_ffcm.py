@@ -264,7 +264,9 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.initial_centers_ = centers
         server_seed = int(random_state.randint(np.iinfo(np.int32).max))
         for t in range(1, self.n_rounds + 1):
-            ledger.stage(f"round {t}: local fuzzy c-means, {self.aggregation} aggregation")
+            ledger.stage(
+                f"round {t}: client fuzzy c-means step, server {self.aggregation} aggregation"
+            )
             ledger.broadcast(centers, clients, round=t, tag="global centers")
             uploads = map_clients(
                 ffcm_client_update,
