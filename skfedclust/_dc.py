@@ -123,11 +123,9 @@ def generate_anchor_columns(recipe, columns, n_anchors):
 def make_intermediate_map(intermediate, n_components, seed):
     """A party's private dimensionality reduction f (unfitted)."""
     if isinstance(intermediate, str):
-        # Standardise then PCA, as in all experiments of the paper; the full
-        # solver keeps f deterministic.
-        return make_pipeline(
-            StandardScaler(), PCA(n_components=n_components, svd_solver="full", random_state=seed)
-        )
+        # Standardise then PCA, as in all experiments of the paper. The party's
+        # seed makes f deterministic if PCA picks its randomized solver.
+        return make_pipeline(StandardScaler(), PCA(n_components=n_components, random_state=seed))
     f = clone(intermediate)
     if "random_state" in f.get_params(deep=False):
         f.set_params(random_state=seed)
@@ -148,7 +146,8 @@ def dc_party_intermediate(X_party, seed, anchor_block, n_components, *, intermed
 
 def dc_party_labels(Z_party, seed, *, centers):
     """Party step: label the party's samples by the nearest downloaded centroid."""
-    return pairwise_distances_argmin(Z_party, centers)
+    # Squared distances up to the row constant ||z||^2, as k-means computes them.
+    return np.argmin((centers**2).sum(axis=1) - 2.0 * Z_party @ centers.T, axis=1)
 
 
 # ------------------------------------------------------------------ analyst
@@ -167,6 +166,40 @@ def _collab_dimension(n_components_collab, singular_values, group_widths, affine
             "number of columns the analyst stacks)"
         )
     return dim
+
+
+# Smallest singular-value ratio for which the Gram-matrix route below keeps
+# about ten correct digits (its error grows like eps / ratio**2).
+_GRAM_RATIO = 1e-3
+
+
+def _leading_left_vectors(B, gram, choose_dim):
+    """Leading left singular vectors of a tall matrix ``B`` with Gram matrix ``gram``.
+
+    Taken from the eigendecomposition of the small ``gram = B.T @ B``: for
+    ``n_anchors`` far above the number of columns this needs a fraction of the
+    flops of LAPACK's thin SVD, which forms and multiplies an orthogonal factor
+    as tall as ``B``. Squaring costs accuracy for small singular values, so a
+    target that needs one below ``_GRAM_RATIO`` times the largest comes from
+    the SVD instead. ``choose_dim`` maps the singular values to the number of
+    vectors kept.
+    """
+    eigenvalues, V = np.linalg.eigh(gram)
+    s = np.sqrt(eigenvalues[::-1].clip(min=0))
+    V = V[:, ::-1]
+    dim = choose_dim(s)
+    if s[dim - 1] > _GRAM_RATIO * s[0]:
+        return (B @ V[:, :dim]) / s[:dim]
+    U, s, _ = np.linalg.svd(B, full_matrices=False)
+    return U[:, : choose_dim(s)]
+
+
+def _least_squares(A, gram, target):
+    """``pinv(A) @ target`` through the Gram matrix of ``A`` when it is well conditioned."""
+    eigenvalues, V = np.linalg.eigh(gram)
+    if eigenvalues[0] > _GRAM_RATIO**2 * eigenvalues[-1]:
+        return V @ ((V.T @ (A.T @ target)) / eigenvalues[:, None])
+    return np.linalg.lstsq(A, target, rcond=None)[0]
 
 
 def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
@@ -214,12 +247,17 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
                 f"{A_i.shape[1]} columns, so the map g cannot be determined; use "
                 f"n_anchors >= {max(A.shape[1] for A in anchors)}"
             )
-    U, s, _ = np.linalg.svd(np.hstack(anchors), full_matrices=False)
-    dim = _collab_dimension(n_components_collab, s, widths, affine, n_anchors)
-    target = U[:, :dim]
+    B = np.hstack(anchors)
+    gram = B.T @ B
+    target = _leading_left_vectors(
+        B,
+        gram,
+        lambda s: _collab_dimension(n_components_collab, s, widths, affine, n_anchors),
+    )
+    bounds = np.cumsum([0] + [A.shape[1] for A in anchors])
     maps, X_hat, errors = [], [], []
-    for X_i, A_i in zip(data, anchors):
-        G_i = np.linalg.lstsq(A_i, target, rcond=None)[0]
+    for X_i, A_i, a, b in zip(data, anchors, bounds[:-1], bounds[1:]):
+        G_i = _least_squares(A_i, gram[a:b, a:b], target)
         maps.append(G_i)
         X_hat.append(X_i @ G_i)
         errors.append(np.linalg.norm(A_i @ G_i - target))
@@ -532,7 +570,7 @@ class DCClustering(BaseFederatedClustering):
             dim = n_rows
         return dim
 
-    def _anchor_blocks(self, federation, groups, blocks, ledger, anchor_seed):
+    def _anchor_blocks(self, federation, data, groups, blocks, ledger, anchor_seed):
         """Users-only pre-step: every party obtains its slice of the shared anchors.
 
         Party 0 coordinates. With uniform anchors the parties send it their
@@ -559,7 +597,7 @@ class DCClustering(BaseFederatedClustering):
         n_anchors = self._n_anchors(federation)
         ranges = map_clients(
             dc_party_feature_range,
-            zip(federation.clients_data(), federation.seeds),
+            zip(data, federation.seeds),
             n_jobs=self.n_jobs,
         )
         for c in others:
@@ -575,7 +613,9 @@ class DCClustering(BaseFederatedClustering):
             ledger.send(recipe, sender=0, receiver=c, round=0, tag="anchor recipe")
         slices = [generate_anchor_columns(recipe, cols, n_anchors) for cols in block_of_party]
         # Assembled for the fitted attribute only; the analyst never receives it.
-        anchors = generate_anchor_columns(recipe, np.arange(federation.n_features), n_anchors)
+        anchors = np.empty((n_anchors, federation.n_features))
+        for c, cols in zip(groups[0], blocks):
+            anchors[:, cols] = slices[c]
         return slices, anchors
 
     def _n_anchors(self, federation):
@@ -607,8 +647,9 @@ class DCClustering(BaseFederatedClustering):
         n_neighbors = self._check_neighbors(federation.n_samples)
 
         ledger.stage("users: shared anchors")
+        data = federation.clients_data()
         anchor_slices, anchors = self._anchor_blocks(
-            federation, groups, blocks, ledger, anchor_seed
+            federation, data, groups, blocks, ledger, anchor_seed
         )
 
         ledger.stage("parties: private intermediate representations")
@@ -621,7 +662,7 @@ class DCClustering(BaseFederatedClustering):
                     )
         results = map_clients(
             dc_party_intermediate,
-            zip(federation.clients_data(), federation.seeds, anchor_slices, dims),
+            zip(data, federation.seeds, anchor_slices, dims),
             n_jobs=self.n_jobs,
             verbose=self.verbose,
             intermediate=self.intermediate,
