@@ -183,7 +183,7 @@ class OmniFCClustering(BaseFederatedClustering):
         Fixed-point bits ``q`` (values scaled by ``2**q`` and rounded).
         ``"auto"`` takes the largest ``q`` for which no squared distance can
         wrap modulo ``prime``; a given ``q`` that could wrap raises.
-    prime : int, default=2**30 - 35
+    prime : int, default=2**23 - 15
         Field modulus, a prime below ``2**31``.
     n_parties : int, default=None
         Share-holding parties (extension, not in the paper). Data clients are

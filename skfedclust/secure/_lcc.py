@@ -29,7 +29,7 @@ import threading
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.utils import check_array, check_random_state
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from .._federation import Ledger, map_clients
 from ._field import (
@@ -275,19 +275,15 @@ class EncodedRows:
 
     def __init__(self, shares, plan):
         p = plan.p
-        z = centred(shares, p)
-        self.limbs = plan.right_limbs(z)
-        self.shift = plan.shift
+        self.z = centred(shares, p)
+        self.limbs = plan.right_limbs(self.z)
         sq = np.asarray(shares, dtype=np.int64)
         sq = sq * sq % p
         self.norms = centred(sq.sum(axis=1) % p, p)
 
     def rows(self, sl):
         """Centred residues of rows ``sl`` (the left operand of a block product)."""
-        if len(self.limbs) == 1:
-            return self.limbs[0][sl]
-        hi, lo = self.limbs
-        return hi[sl] * 2.0**self.shift + lo[sl]
+        return self.z[sl]
 
     def limb_rows(self, sl):
         return [b[sl] for b in self.limbs]
@@ -314,48 +310,56 @@ def party_distance_block(left, right, rows_a, rows_b, plan, work):
 class StreamingDecoder:
     """Server side of the decoding, block by block.
 
-    The public weight ``w_j`` of each answering party is split into two signed
-    15-bit limbs so that ``w_j * G_j`` is an exact float64 sum; the two
-    accumulators are reduced every :attr:`flush_every` parties.
+    ``w_j * G_j`` must be an exact float64 sum. For primes below about 2**24
+    the product of a centred weight and a party block is already exact; for
+    larger primes each weight is split into two signed 15-bit limbs with one
+    accumulator each. The accumulators are reduced every :attr:`flush_every`
+    parties so that their sums stay below 2**53.
     """
 
     def __init__(self, weights, p, precision):
         self.p = p
         self.scale = 2.0 ** (-2 * precision)
         w = centred(np.asarray(weights, dtype=np.int64), p)
-        self.w_lo = np.mod(w + 2.0**14, 2.0**15) - 2.0**14
-        self.w_hi = (w - self.w_lo) / 2.0**15
-        # |G| <= 1.5 p < 2**31.6 and |w limb| <= 2**15: 2**46.6 per term.
-        self.flush_every = 64
+        g_max = 1.5 * p  # bound on a lazily reduced party block
+        if g_max * (p / 2) * 64 < 2.0**53:
+            self.limbs = [(w, 1.0)]
+            self.flush_every = int(2.0**53 // (g_max * (p / 2)))
+        else:
+            w_hi = np.floor(w / 2.0**15 + 0.5)
+            self.limbs = [(w_hi, 2.0**15), (w - w_hi * 2.0**15, 1.0)]
+            self.flush_every = int(2.0**53 // (g_max * 2.0**15))
 
     def decode_block(self, parties_left, parties_right, rows_a, rows_b, plan, work):
-        """Decoded real squared distances of one block (written into ``work['acc_hi']``)."""
+        """Decoded real squared distances of one block (returned in a work buffer)."""
         p, pinv = self.p, 1.0 / self.p
-        acc_hi, acc_lo, tmp = work["acc_hi"], work["acc_lo"], work["tmp"]
-        acc_hi.fill(0.0)
-        acc_lo.fill(0.0)
+        accs = [work["acc_hi"], work["acc_lo"]][: len(self.limbs)]
+        tmp = work["tmp"]
+        for acc in accs:
+            acc.fill(0.0)
         for k, (left, right) in enumerate(zip(parties_left, parties_right)):
             g = party_distance_block(left, right, rows_a, rows_b, plan, work)
-            np.multiply(g, self.w_hi[k], out=tmp)
-            acc_hi += tmp
-            np.multiply(g, self.w_lo[k], out=tmp)
-            acc_lo += tmp
+            for acc, (w, _) in zip(accs, self.limbs):
+                np.multiply(g, w[k], out=tmp)
+                acc += tmp
             if (k + 1) % self.flush_every == 0:
-                reduce_inplace(acc_hi, p, pinv, tmp)
-                reduce_inplace(acc_lo, p, pinv, tmp)
-        reduce_inplace(acc_hi, p, pinv, tmp)
-        reduce_inplace(acc_lo, p, pinv, tmp)
-        acc_hi *= 2.0**15
-        acc_hi += acc_lo
-        reduce_inplace(acc_hi, p, pinv, tmp)
-        canonical_inplace(acc_hi, p)
-        if np.any(acc_hi >= (p - 1) // 2):
+                for acc in accs:
+                    reduce_inplace(acc, p, pinv, tmp)
+        out = accs[0]
+        reduce_inplace(out, p, pinv, tmp)
+        if len(accs) == 2:
+            out *= self.limbs[0][1]
+            reduce_inplace(accs[1], p, pinv, tmp)
+            out += accs[1]
+            reduce_inplace(out, p, pinv, tmp)
+        canonical_inplace(out, p)
+        if np.any(out >= (p - 1) // 2):
             raise ArithmeticError(
                 "a decoded squared distance wrapped around modulo p: the precision is too "
                 "high for this data or prime (the overflow guard should have refused it)"
             )
-        acc_hi *= self.scale
-        return acc_hi
+        out *= self.scale
+        return out
 
 
 def _blocks(n, size):
@@ -370,9 +374,22 @@ def _work_buffers(local, shape):
     return bufs
 
 
+def _block_workers(n_jobs):
+    """Threads for the streamed blocks.
+
+    ``n_jobs=None`` uses the cores BLAS would use anyway: one single-threaded
+    BLAS per worker on small blocks beats one multi-threaded BLAS per block,
+    and lets the reductions run in parallel too.
+    """
+    if n_jobs is not None:
+        return effective_n_jobs(n_jobs)
+    blas = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+    return max(blas, default=1)
+
+
 def _run_blocks(task, tasks, n_jobs):
     """Run block tasks on threads (numpy and BLAS release the GIL)."""
-    n_workers = min(effective_n_jobs(n_jobs), max(len(tasks), 1))
+    n_workers = min(_block_workers(n_jobs), max(len(tasks), 1))
     if n_workers == 1:
         for args in tasks:
             task(*args)
@@ -586,7 +603,7 @@ def lcc_squared_distances(
         Fixed-point bits ``q``: values are scaled by ``2**q`` and rounded.
         ``"auto"`` takes the largest ``q`` for which no squared distance can
         wrap modulo ``prime``; a given ``q`` that could wrap raises.
-    prime : int, default=2**30 - 35
+    prime : int, default=2**23 - 15
         Field modulus, a prime below ``2**31``.
     n_parties : int, default=None
         Share-holding parties. Data clients are parties ``0 .. n_clients - 1``;
