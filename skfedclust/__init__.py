@@ -8,7 +8,7 @@ computes, what crosses the wire, what the server learns) behind the usual
 from . import datasets, metrics, partition
 from ._base import BaseFederatedClustering
 from ._dc import DCClustering
-from ._feca import FeCA
+from ._feca import FeCA, feca_aggregate
 from ._federation import SERVER, Federation, Ledger, map_clients
 from ._ffcm import FederatedFuzzyCMeans
 from ._kfed import KFed
@@ -32,6 +32,7 @@ __all__ = [
     "SERVER",
     "map_clients",
     "__version__",
+    "feca_aggregate",
     "datasets",
     "metrics",
     "partition",
