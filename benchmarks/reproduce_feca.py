@@ -392,6 +392,23 @@ far better than the paper's M=1 entry.
 """
 
 
+def speed_section():
+    """The FeCA rows of the last speed run (``benchmarks/bench_speed.py --only feca``)."""
+    path = HERE / "results" / "speed_feca.md"
+    if not path.exists():
+        return "Run `python benchmarks/bench_speed.py --only feca` to measure the fit time."
+    lines = path.read_text().splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    command = next((line for line in lines if line.startswith("Command")), "")
+    return "\n\n".join(
+        [
+            "FeCA fit time as a ratio to centralized `KMeans` timed in the same run "
+            "(from `benchmarks/results/speed_feca.md`; goal ≤ 1.5×). " + command,
+            "\n".join(table),
+        ]
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 seeds, fewer client counts")
@@ -460,6 +477,8 @@ def main(argv=None):
             clients_markdown(table8, PAPER_TABLE8, PAPER_TABLE8_STD),
             "## Table 9: S1, IID, each client holds 1/M of the data",
             clients_markdown(table9, PAPER_TABLE9, PAPER_TABLE9_STD),
+            "## Speed",
+            speed_section(),
             DISCUSSION,
         ]
     )
