@@ -644,15 +644,17 @@ class DCClustering(BaseFederatedClustering):
     def _fit_federation(self, federation, ledger, random_state):
         groups, blocks = dc_lattice(federation)
         anchor_seed = random_state.randint(np.iinfo(np.int32).max)
-        n_neighbors = self._check_neighbors(federation.n_samples)
+        n_neighbors = (
+            self._check_neighbors(federation.n_samples) if self.clusterer == "spectral" else None
+        )
 
-        ledger.stage("users: shared anchors")
+        ledger.stage("client step (users only): shared anchors")
         data = federation.clients_data()
         anchor_slices, anchors = self._anchor_blocks(
             federation, data, groups, blocks, ledger, anchor_seed
         )
 
-        ledger.stage("parties: private intermediate representations")
+        ledger.stage("client step: private intermediate representations")
         dims = [None] * federation.n_clients
         for i, group in enumerate(groups):
             for j, c in enumerate(group):
@@ -672,7 +674,7 @@ class DCClustering(BaseFederatedClustering):
             for c, (upload, _) in enumerate(results)
         ]
 
-        ledger.stage("analyst: alignment and clustering")
+        ledger.stage("server step (analyst): alignment and clustering")
         X_hat, target, maps, errors = dc_server_collaborate(
             uploads,
             groups,
@@ -697,7 +699,7 @@ class DCClustering(BaseFederatedClustering):
                     c, (centers, Z_groups[i]), round=0, tag="centroids and clustering rows"
                 )[1]
 
-        ledger.stage("parties: nearest-centroid labels")
+        ledger.stage("client step: nearest-centroid labels")
         labels = map_clients(
             dc_party_labels,
             zip(party_Z, federation.seeds),
