@@ -233,7 +233,6 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
         X_i = np.hstack([uploads[c][0] for c in group])
         A_i = np.hstack([uploads[c][1] for c in group])
         if affine:
-            X_i = np.hstack([X_i, np.ones((len(X_i), 1))])
             A_i = np.hstack([A_i, np.ones((len(A_i), 1))])
         data.append(X_i)
         anchors.append(A_i)
@@ -259,7 +258,8 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
     for X_i, A_i, a, b in zip(data, anchors, bounds[:-1], bounds[1:]):
         G_i = _least_squares(A_i, gram[a:b, a:b], target)
         maps.append(G_i)
-        X_hat.append(X_i @ G_i)
+        # [X_i, 1] @ G_i without copying X_i: the last row of G_i is the translation.
+        X_hat.append(X_i @ G_i[:-1] + G_i[-1] if affine else X_i @ G_i)
         errors.append(np.linalg.norm(A_i @ G_i - target))
     return X_hat, target, maps, np.asarray(errors)
 
