@@ -14,7 +14,6 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.cluster import DBSCAN, AffinityPropagation, KMeans, SpectralClustering
 from sklearn.decomposition import NMF
-from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -367,15 +366,8 @@ class OmniFCClustering(BaseFederatedClustering):
             "party_rows": party_rows,
             "bounds": _data_bounds(arrays),
         }
-        self._vote = None
-        if self._assignment() == "vote":
-            knn = KNeighborsClassifier(
-                n_neighbors=min(N_VOTE_NEIGHBORS, len(labels)),
-                weights="distance",
-                metric="precomputed",
-            )
-            self._vote = knn.fit(np.sqrt(D), labels)
-        elif self._assignment() == "centroid" and self.clusterer == "nmf":
+        self._train_labels = labels
+        if self._assignment() == "centroid" and self.clusterer == "nmf":
             self._nmf_centroids = _label_means(fed, labels)
             self._nmf_classes = np.unique(labels)
         return labels
@@ -422,7 +414,7 @@ class OmniFCClustering(BaseFederatedClustering):
             if self.clusterer == "nmf":
                 return self._nmf_classes[_nearest_center(features, self._nmf_centroids)]
             return _nearest_center(features, self.clusterer_.cluster_centers_)
-        return self._vote.predict(np.sqrt(D_new))
+        return nearest_neighbour_vote(np.sqrt(D_new), self._train_labels, N_VOTE_NEIGHBORS)
 
     def _query_distances(self, X):
         lcc = self._lcc
@@ -451,6 +443,26 @@ class OmniFCClustering(BaseFederatedClustering):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False
         return tags
+
+
+def nearest_neighbour_vote(distances, labels, n_neighbors):
+    """Distance-weighted vote of the nearest training rows (weights ``1 / distance``).
+
+    A row at distance 0 from training rows takes the vote of those rows only,
+    as in scikit-learn's ``KNeighborsClassifier(weights="distance")``; ties go
+    to the smallest label.
+    """
+    k = min(n_neighbors, distances.shape[1])
+    idx = np.argpartition(distances, k - 1, axis=1)[:, :k]
+    dist = np.take_along_axis(distances, idx, axis=1)
+    classes, codes = np.unique(labels, return_inverse=True)
+    exact = dist == 0
+    with np.errstate(divide="ignore"):
+        weights = np.where(exact.any(axis=1, keepdims=True), exact.astype(float), 1.0 / dist)
+    votes = np.zeros((distances.shape[0], len(classes)))
+    rows = np.repeat(np.arange(distances.shape[0]), k)
+    np.add.at(votes, (rows, codes[idx].ravel()), weights.ravel())
+    return classes[np.argmax(votes, axis=1)]
 
 
 def _label_means(features, labels):

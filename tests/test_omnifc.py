@@ -282,3 +282,18 @@ def test_pipeline_clone_and_grid_search(blobs):
     est = clone(OmniFCClustering(3, clusterer="kmeans", random_state=0))
     grid = GridSearchCV(est, {"n_clusters": [2, 3]}, scoring="adjusted_rand_score", cv=2).fit(X, y)
     assert grid.best_params_ == {"n_clusters": 3}
+
+
+def test_vote_matches_scikit_learn_distance_weighted_knn():
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from skfedclust._omnifc import nearest_neighbour_vote
+
+    rng = np.random.RandomState(0)
+    train = rng.rand(60, 3)
+    labels = rng.randint(0, 4, 60)
+    new = np.vstack([rng.rand(25, 3), train[:5]])  # the last rows sit on training rows
+    D_train = np.sqrt(((train[:, None] - train[None]) ** 2).sum(-1))
+    D_new = np.sqrt(((new[:, None] - train[None]) ** 2).sum(-1))
+    knn = KNeighborsClassifier(5, weights="distance", metric="precomputed").fit(D_train, labels)
+    assert np.array_equal(nearest_neighbour_vote(D_new, labels, 5), knn.predict(D_new))
