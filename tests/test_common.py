@@ -22,6 +22,11 @@ EXPECTED_FAILED_CHECKS = {}
 # which reduces 2-D data to one dimension; the lossless setting keeps both.
 ACCURACY_PARAMS = {"DCClustering": {"n_components_intermediate": None}}
 
+# Parameters for the tests that simulate 3 clients, each with its reason.
+# OmniFCClustering: Lagrange decoding with l = t = 2 needs 7 share-holding parties;
+# n_parties=7 adds 4 parties that hold no data.
+THREE_CLIENT_PARAMS = {"OmniFCClustering": {"n_parties": 7}}
+
 
 def _instances():
     return [cls() for cls in ESTIMATORS]
@@ -79,7 +84,8 @@ def test_grid_search_over_n_clusters(Estimator):
 @pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
 def test_communication_report(Estimator):
     X, _ = _blobs()
-    est = Estimator(n_clusters=3, partition=3, random_state=0).fit(X)
+    extra = THREE_CLIENT_PARAMS.get(Estimator.__name__, {})
+    est = Estimator(n_clusters=3, partition=3, random_state=0, **extra).fit(X)
     comm = est.communication_
     assert est.n_clients_ == 3
     assert comm["rounds"] >= 1
@@ -90,8 +96,9 @@ def test_communication_report(Estimator):
 @pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
 def test_n_jobs_invariance(Estimator):
     X, _ = _blobs()
-    a = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=1).fit(X)
-    b = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=2).fit(X)
+    extra = THREE_CLIENT_PARAMS.get(Estimator.__name__, {})
+    a = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=1, **extra).fit(X)
+    b = Estimator(n_clusters=3, partition=3, random_state=0, n_jobs=2, **extra).fit(X)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.communication_["bytes_total"] == b.communication_["bytes_total"]
 
