@@ -188,7 +188,8 @@ class OmniFCClustering(BaseFederatedClustering):
         Share-holding parties (extension, not in the paper). Data clients are
         parties ``0 .. n_clients - 1``; a larger value adds parties that hold
         no data, so fewer than ``2 l + 2 t - 1`` data holders can run the
-        protocol. ``None`` uses the data clients only.
+        protocol. ``None`` (or a value not above the number of clients) uses
+        the data clients only.
     n_jobs : int, default=None
         Parallel workers for the client steps and the streamed distance blocks.
     random_state : int, RandomState instance or None, default=None

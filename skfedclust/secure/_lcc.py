@@ -612,8 +612,8 @@ def lcc_squared_distances(
         Field modulus, a prime below ``2**31``.
     n_parties : int, default=None
         Share-holding parties. Data clients are parties ``0 .. n_clients - 1``;
-        a larger value adds parties that hold no data. ``None`` uses the
-        clients only.
+        a larger value adds parties that hold no data. ``None`` (or a value
+        not above the number of clients) uses the clients only.
     dropped : iterable of int, default=None
         Parties whose results never arrive (stragglers). Decoding uses the
         others; at least ``2 l + 2 t - 1`` must answer.
