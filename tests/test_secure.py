@@ -393,3 +393,11 @@ def test_centred_residues_roundtrip():
     c = centred(r, p)
     assert np.all(np.abs(c) <= p // 2)
     assert np.array_equal(np.mod(c.astype(np.int64), p), r)
+
+
+def test_chunked_wide_rows_are_exact():
+    # width 300 > 256: with 2**31 - 1 every block product is cut into two chunks
+    X = np.random.RandomState(11).rand(23, 600)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    D, _ = lcc_squared_distances(np.array_split(X, 7), precision=11, prime=MERSENNE)
+    assert np.array_equal(as_int(D, 11), exact_sq_distances(X, 11))
