@@ -9,7 +9,9 @@ Run ``python benchmarks/speed_dc.py`` to time the case on its own.
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from pathlib import Path
 
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
@@ -18,6 +20,7 @@ from skfedclust import DCClustering
 from skfedclust.partition import HybridPartition
 
 N_CLUSTERS = 8
+RESULTS = Path(__file__).parent / "results" / "dc_speed.md"
 
 
 def _data(quick):
@@ -53,6 +56,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="n=20,000 instead of 100,000")
     parser.add_argument("--repeat", type=int, default=3, help="timings per side (best kept)")
     args = parser.parse_args()
+    lines = []
     for case in cases(args.quick):
         best = {}
         for side in ("federated", "reference"):
@@ -63,10 +67,18 @@ def main():
                 times.append(time.perf_counter() - t0)
             best[side] = min(times)
         ratio = best["federated"] / best["reference"]
-        print(
+        line = (
             f"{case['name']}: DC {best['federated']:.2f}s, {case['reference_name']} "
             f"{best['reference']:.2f}s, ratio {ratio:.2f} (goal <= {case['goal_ratio']})"
         )
+        print(line)
+        lines.append(f"* {line}")
+    command = "python benchmarks/speed_dc.py" + (" --quick" if args.quick else "")
+    RESULTS.write_text(
+        "# DC-Clustering speed\n\n"
+        f"Produced by `{command} --repeat {args.repeat}` (best of {args.repeat} timings per "
+        f"side, {os.cpu_count()} CPU cores, shared machine).\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 if __name__ == "__main__":
