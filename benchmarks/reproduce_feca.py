@@ -392,6 +392,42 @@ far better than the paper's M=1 entry.
 """
 
 
+def _mean_l2(results, name, i, scenario):
+    cells = results.get(name, {}).get(i, {}).get(scenario)
+    return None if not cells else float(np.mean([r["l2"] for r in cells]))
+
+
+def orderings_markdown(results, sets):
+    """The spec's robust orderings (§8 check 5), each marked holds / fails."""
+    rows = []
+    for i in sets:
+        feca = {s: _mean_l2(results, "FeCA", i, s) for s in SCENARIOS}
+        mavg = {s: _mean_l2(results, "M-Avg", i, s) for s in SCENARIOS}
+        kfed = _mean_l2(results, "k-FED (k'=5)", i, "IID")
+        if kfed is None or None in feca.values() or None in mavg.values():
+            continue
+        ok_mavg = all(feca[s] <= mavg[s] + 0.5 for s in SCENARIOS)
+        ok_mavg_strict = all(feca[s] < mavg[s] for s in SCENARIOS[1:])
+        ok_kfed = feca["IID"] < kfed
+        ok_mono = feca["IID"] < feca["(0.3)"] < feca["(0.1)"]
+        rows.append(
+            [
+                f"S{i}",
+                ("holds" if ok_mavg and ok_mavg_strict else "fails"),
+                ("holds" if ok_kfed else "fails"),
+                ("holds" if ok_mono else "fails")
+                + f" ({feca['IID']:.1f} / {feca['(0.3)']:.1f} / {feca['(0.1)']:.1f})",
+            ]
+        )
+    header = [
+        "set",
+        "FeCA ≤ M-Avg + 0.5 everywhere, < on non-IID",
+        "FeCA < k-FED (IID)",
+        "FeCA IID < (0.3) < (0.1)",
+    ]
+    return markdown_table(header, rows)
+
+
 def speed_section():
     """The FeCA rows of the last speed run (``benchmarks/bench_speed.py --only feca``)."""
     path = HERE / "results" / "speed_feca.md"
@@ -467,6 +503,9 @@ def main(argv=None):
             t1,
             "Verdicts per method (cells):",
             markdown_table(["method", "beat", "match", "miss", "n/a"], tally_rows),
+            "Orderings the paper's claims imply (means over the seeds, same partitions for "
+            "every method):",
+            orderings_markdown(results, sets),
             "## Table 4: Purity (IID (0.3) (0.1), ours / paper)",
             table4_markdown(results, sets, "purity", PAPER_PURITY),
             "## Table 4: NMI (IID (0.3) (0.1), ours / paper; — = unreadable in the source)",
