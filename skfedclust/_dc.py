@@ -28,6 +28,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from ._base import BaseFederatedClustering
 from ._federation import map_clients
@@ -550,7 +551,7 @@ class DCClustering(BaseFederatedClustering):
                     "shared unreduced (intermediate dimension 1), so f gives no "
                     "dimensionality-reduction protection for this party",
                     UserWarning,
-                    stacklevel=5,
+                    stacklevel=6,
                 )
             dim = max(1, n_features - 1)
         else:
@@ -565,7 +566,7 @@ class DCClustering(BaseFederatedClustering):
                 f"party {name} holds {n_rows} samples, fewer than its intermediate "
                 f"dimension {dim}; PCA keeps {n_rows} components",
                 UserWarning,
-                stacklevel=5,
+                stacklevel=6,
             )
             dim = n_rows
         return dim
@@ -642,11 +643,66 @@ class DCClustering(BaseFederatedClustering):
 
     # ------------------------------------------------------------ protocol
     def _fit_federation(self, federation, ledger, random_state):
-        groups, blocks = dc_lattice(federation)
-        anchor_seed = random_state.randint(np.iinfo(np.int32).max)
+        # Every matrix of the protocol up to the clustering is thin (samples or
+        # anchors by at most a few tens of columns): one BLAS thread does it
+        # faster than several that must synchronise after each small call, and
+        # much faster on a busy machine. The analyst's clustering keeps its threads.
+        with threadpool_limits(limits=1, user_api="blas"):
+            groups, blocks, anchors, uploads, results, collaboration = self._reduce_and_align(
+                federation, ledger, random_state
+            )
+        X_hat, target, maps, errors = collaboration
         n_neighbors = (
             self._check_neighbors(federation.n_samples) if self.clusterer == "spectral" else None
         )
+        ledger.stage("server step (analyst): clustering")
+        Z, centers, _, n_iter = dc_server_cluster(
+            np.vstack(X_hat),
+            clusterer=self.clusterer,
+            n_clusters=self.n_clusters,
+            n_neighbors=n_neighbors,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+            random_state=random_state,
+        )
+        bounds = np.cumsum([0] + [len(x) for x in X_hat])
+        Z_groups = [Z[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        party_Z = [None] * federation.n_clients
+        for i, group in enumerate(groups):
+            for c in group:
+                party_Z[c] = ledger.download(
+                    c, (centers, Z_groups[i]), round=0, tag="centroids and clustering rows"
+                )[1]
+
+        ledger.stage("client step: nearest-centroid labels")
+        with threadpool_limits(limits=1, user_api="blas"):
+            labels = map_clients(
+                dc_party_labels,
+                zip(party_Z, federation.seeds),
+                n_jobs=self.n_jobs,
+                centers=centers,
+            )
+        heads = [group[0] for group in groups]
+        self.cluster_centers_ = centers
+        self.collaborative_representation_ = federation.gather_rows(X_hat, heads)
+        if self.clusterer == "spectral":
+            self.embedding_ = federation.gather_rows(Z_groups, heads)
+        self.anchors_ = anchors
+        self.target_ = target
+        self.collaboration_maps_ = maps
+        self.anchor_alignment_error_ = errors
+        self.intermediate_transformers_ = [f for _, f in results]
+        self.n_components_intermediate_ = np.array([u[0].shape[1] for u in uploads])
+        self.n_components_collab_ = target.shape[1]
+        self.row_groups_ = groups
+        self.n_iter_ = n_iter
+        self.feature_blocks_ = blocks
+        return federation.gather_rows([labels[c] for c in heads], heads).astype(np.intp)
+
+    def _reduce_and_align(self, federation, ledger, random_state):
+        """Anchors, the parties' uploads and the analyst's alignment (the thin part)."""
+        groups, blocks = dc_lattice(federation)
+        anchor_seed = random_state.randint(np.iinfo(np.int32).max)
 
         ledger.stage("client step (users only): shared anchors")
         data = federation.clients_data()
@@ -674,54 +730,14 @@ class DCClustering(BaseFederatedClustering):
             for c, (upload, _) in enumerate(results)
         ]
 
-        ledger.stage("server step (analyst): alignment and clustering")
-        X_hat, target, maps, errors = dc_server_collaborate(
+        ledger.stage("server step (analyst): alignment")
+        collaboration = dc_server_collaborate(
             uploads,
             groups,
             alignment=self.alignment,
             n_components_collab=self.n_components_collab,
         )
-        Z, centers, _, n_iter = dc_server_cluster(
-            np.vstack(X_hat),
-            clusterer=self.clusterer,
-            n_clusters=self.n_clusters,
-            n_neighbors=n_neighbors,
-            n_init=self.n_init,
-            max_iter=self.max_iter,
-            random_state=random_state,
-        )
-        bounds = np.cumsum([0] + [len(x) for x in X_hat])
-        Z_groups = [Z[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-        party_Z = [None] * federation.n_clients
-        for i, group in enumerate(groups):
-            for c in group:
-                party_Z[c] = ledger.download(
-                    c, (centers, Z_groups[i]), round=0, tag="centroids and clustering rows"
-                )[1]
-
-        ledger.stage("client step: nearest-centroid labels")
-        labels = map_clients(
-            dc_party_labels,
-            zip(party_Z, federation.seeds),
-            n_jobs=self.n_jobs,
-            centers=centers,
-        )
-        heads = [group[0] for group in groups]
-        self.cluster_centers_ = centers
-        self.collaborative_representation_ = federation.gather_rows(X_hat, heads)
-        if self.clusterer == "spectral":
-            self.embedding_ = federation.gather_rows(Z_groups, heads)
-        self.anchors_ = anchors
-        self.target_ = target
-        self.collaboration_maps_ = maps
-        self.anchor_alignment_error_ = errors
-        self.intermediate_transformers_ = [f for _, f in results]
-        self.n_components_intermediate_ = np.array([u[0].shape[1] for u in uploads])
-        self.n_components_collab_ = target.shape[1]
-        self.row_groups_ = groups
-        self.n_iter_ = n_iter
-        self.feature_blocks_ = blocks
-        return federation.gather_rows([labels[c] for c in heads], heads).astype(np.intp)
+        return groups, blocks, anchors, uploads, results, collaboration
 
     # ------------------------------------------------------------ predict
     def _collaborate_new(self, X, group):
