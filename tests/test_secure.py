@@ -401,3 +401,15 @@ def test_chunked_wide_rows_are_exact():
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     D, _ = lcc_squared_distances(np.array_split(X, 7), precision=11, prime=MERSENNE)
     assert np.array_equal(as_int(D, 11), exact_sq_distances(X, 11))
+
+
+def test_error_against_real_distances_is_bounded_by_quantization():
+    """F2 of the spec: |D - ||dx||^2| <= 2 * 2**-q * ||dx||_1 + d * 4**-q for every pair."""
+    X = np.random.RandomState(12).randn(40, 5)
+    q = 5
+    D, _ = lcc_squared_distances(np.array_split(X, 7), precision=q)
+    diff = X[:, None, :] - X[None, :, :]
+    true = (diff**2).sum(-1)
+    bound = 2 * 2.0**-q * np.abs(diff).sum(-1) + X.shape[1] * 4.0**-q
+    assert np.all(np.abs(D - true) <= bound + 1e-12)
+    assert np.abs(D - true).max() > 0  # the quantization is real at q = 5
