@@ -66,10 +66,9 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     server clusters them again. After ``n_rounds`` rounds every client labels
     its rows by the nearest global centroid.
 
-    The original paper gives no algorithm detail that DC-Clustering's
-    comparison could be checked against; these steps are the reconstruction
-    described in the DC-Clustering User Guide (:ref:`dcclustering`), not the
-    authors' code.
+    DC-Clustering's paper describes the method only in outline; these steps
+    are a reconstruction, not the authors' code. Read more in the
+    :ref:`User Guide <dcclustering>`.
 
     Parameters
     ----------
