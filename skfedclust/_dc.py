@@ -141,8 +141,23 @@ def dc_party_intermediate(X_party, seed, anchor_block, n_components, *, intermed
     """
     f = make_intermediate_map(intermediate, n_components, seed)
     X_tilde = np.asarray(f.fit_transform(X_party), dtype=np.float64)
-    anchor_tilde = np.asarray(f.transform(anchor_block), dtype=np.float64)
+    if isinstance(intermediate, str):
+        anchor_tilde = _scaled_pca_transform(f, anchor_block)
+    else:
+        anchor_tilde = np.asarray(f.transform(anchor_block), dtype=np.float64)
     return (X_tilde, anchor_tilde), f
+
+
+def _scaled_pca_transform(f, X):
+    """``f.transform(X)`` for a fitted scaler + PCA pipeline, as one affine map.
+
+    ``((X - mean) / scale - pca_mean) @ components.T`` folded into a single
+    product: the anchors are the party's largest matrix.
+    """
+    scaler, pca = f[0], f[1]
+    weights = pca.components_.T / scaler.scale_[:, None]
+    offset = (scaler.mean_ / scaler.scale_ + pca.mean_) @ pca.components_.T
+    return X @ weights - offset
 
 
 def dc_party_labels(Z_party, seed, *, centers):
@@ -196,11 +211,24 @@ def _leading_left_vectors(B, gram, choose_dim):
 
 
 def _least_squares(A, gram, target):
-    """``pinv(A) @ target`` through the Gram matrix of ``A`` when it is well conditioned."""
+    """``pinv(A) @ target`` and its residual norm, through the Gram matrix of ``A``.
+
+    The Gram route is used when ``A`` is well conditioned; the residual
+    ``||A G - target||_F`` then comes from small matrices too, unless it is so
+    small that the expansion would lose it to cancellation.
+    """
     eigenvalues, V = np.linalg.eigh(gram)
-    if eigenvalues[0] > _GRAM_RATIO**2 * eigenvalues[-1]:
-        return V @ ((V.T @ (A.T @ target)) / eigenvalues[:, None])
-    return np.linalg.lstsq(A, target, rcond=None)[0]
+    if eigenvalues[0] <= _GRAM_RATIO**2 * eigenvalues[-1]:
+        G = np.linalg.lstsq(A, target, rcond=None)[0]
+        return G, np.linalg.norm(A @ G - target)
+    cross = A.T @ target
+    G = V @ ((V.T @ cross) / eigenvalues[:, None])
+    target_sq = np.einsum("ij,ij->", target, target)
+    residual_sq = np.einsum("ij,ij->", G, gram @ G) - 2 * np.einsum("ij,ij->", G, cross)
+    residual_sq += target_sq
+    if residual_sq > 1e-6 * target_sq:
+        return G, np.sqrt(residual_sq)
+    return G, np.linalg.norm(A @ G - target)
 
 
 def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
@@ -257,11 +285,11 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
     bounds = np.cumsum([0] + [A.shape[1] for A in anchors])
     maps, X_hat, errors = [], [], []
     for X_i, A_i, a, b in zip(data, anchors, bounds[:-1], bounds[1:]):
-        G_i = _least_squares(A_i, gram[a:b, a:b], target)
+        G_i, error = _least_squares(A_i, gram[a:b, a:b], target)
         maps.append(G_i)
         # [X_i, 1] @ G_i without copying X_i: the last row of G_i is the translation.
         X_hat.append(X_i @ G_i[:-1] + G_i[-1] if affine else X_i @ G_i)
-        errors.append(np.linalg.norm(A_i @ G_i - target))
+        errors.append(error)
     return X_hat, target, maps, np.asarray(errors)
 
 
