@@ -287,6 +287,8 @@ def test_communication_is_one_round_of_centroids_and_radii():
     est = FeCA(6, partition=4, random_state=0).fit(X)
     comm = est.communication_
     assert comm["rounds"] == 1
+    # One upload per client (centroids and radii) and one download (global centers).
+    assert comm["n_messages"] == 2 * 4
     d = X.shape[1]
     expected_up = sum(len(c) * (d + 1) * 8 for c in est.local_centers_)
     assert comm["bytes_up"] == expected_up
