@@ -425,17 +425,17 @@ class DCClustering(BaseFederatedClustering):
     cluster_centers_ : ndarray of shape (n_clusters, n_components)
         Centroids in the clustering space: the collaborative space for
         k-means, the spectral embedding for spectral clustering.
-    collaborative_representation_ : ndarray of shape (n_samples, n_components_collab_)
+    collaborative_representation_ : ndarray of shape (n_samples, m̂)
         The analyst's aligned representation X̂, rows in input order.
     embedding_ : ndarray of shape (n_samples, n_clusters)
         Spectral embedding of X̂ (spectral mode only), rows in input order.
-    anchors_ : ndarray of shape (n_anchors, n_features_in_)
+    anchors_ : ndarray of shape (n_anchors, n_features)
         The anchor data the users shared (the analyst never sees it).
-    target_ : ndarray of shape (n_anchors, n_components_collab_)
+    target_ : ndarray of shape (n_anchors, m̂)
         The common target the analyst aligns every row group's anchors to.
     collaboration_maps_ : list of ndarray
         The analyst's map g of each row group, of shape
-        (intermediate width + 1, n_components_collab_) in affine mode, the last
+        (intermediate width + 1, m̂) in affine mode, the last
         row being the translation.
     anchor_alignment_error_ : ndarray of shape (n_row_groups,)
         Frobenius residual of each row group's anchors mapped onto the target

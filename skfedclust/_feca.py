@@ -474,10 +474,10 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
 
     Attributes
     ----------
-    cluster_centers_ : ndarray of shape (n_clusters_, n_features)
+    cluster_centers_ : ndarray of shape (n_clusters_found, n_features)
         Global centers, ordered by server group size (after the Lloyd step if
         ``final_lloyd_step``).
-    feca_centers_ : ndarray of shape (n_clusters_, n_features)
+    feca_centers_ : ndarray of shape (n_clusters_found, n_features)
         Centers output by the server aggregation, before any Lloyd step.
     n_clusters_ : int
         Number of centers found. It is smaller than ``n_clusters`` only when

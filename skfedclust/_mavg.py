@@ -124,7 +124,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
 
     Attributes
     ----------
-    cluster_centers_ : ndarray of shape (n_clusters_, n_features)
+    cluster_centers_ : ndarray of shape (n_clusters_found, n_features)
         Averaged centers, in the slot order of the reference client.
     n_clusters_ : int
         Number of centers: the reference client's count, smaller than
