@@ -284,6 +284,14 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
         return Federation(X, rows, cols, row_groups)
 
 
+def nearest_center_labels(X_client, seed, *, centers):
+    """Client step: label the client's rows by the nearest global center.
+
+    Shared by every centroid method whose server broadcasts global centers.
+    """
+    return pairwise_distances_argmin(X_client, centers)
+
+
 class CentroidPredictMixin:
     """``predict`` by nearest center in ``cluster_centers_``."""
 

@@ -28,7 +28,7 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
-from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._base import BaseFederatedClustering, CentroidPredictMixin, nearest_center_labels
 from ._federation import map_clients
 
 __all__ = [
@@ -398,11 +398,6 @@ def lloyd_server_update(centers, sums, counts):
     filled = n > 0
     new[filled] = total[filled] / n[filled, None]
     return new
-
-
-def nearest_center_labels(X_client, seed, *, centers):
-    """Client step: label the client's rows by the nearest global center."""
-    return pairwise_distances_argmin(X_client, centers)
 
 
 # --------------------------------------------------------------------------- #

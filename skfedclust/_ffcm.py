@@ -17,8 +17,7 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._feca import nearest_center_labels
+from ._base import BaseFederatedClustering, CentroidPredictMixin, nearest_center_labels
 from ._federation import map_clients
 
 __all__ = ["FederatedFuzzyCMeans", "fuzzy_memberships"]

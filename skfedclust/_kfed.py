@@ -9,7 +9,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._base import BaseFederatedClustering, CentroidPredictMixin, nearest_center_labels
 from ._federation import map_clients
 
 __all__ = ["KFed"]
@@ -26,11 +26,6 @@ def kfed_client_centers(X_client, seed, n_local_clusters, *, n_init, max_iter):
     km.fit(X_client)
     sizes = np.bincount(km.labels_, minlength=n_local_clusters)
     return km.cluster_centers_, sizes, km.n_iter_
-
-
-def nearest_center_labels(X_client, seed, *, centers):
-    """Client step: label the client's rows by the nearest global center."""
-    return pairwise_distances_argmin(X_client, centers)
 
 
 # ---------------------------------------------------------------- server side

@@ -13,10 +13,9 @@ import numbers
 
 import numpy as np
 from sklearn.cluster import KMeans
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils._param_validation import Interval
 
-from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._base import BaseFederatedClustering, CentroidPredictMixin, nearest_center_labels
 from ._federation import map_clients
 
 __all__ = ["KumarFederatedKMeans"]
@@ -37,11 +36,6 @@ def kumar_client_centroids(X_client, seed, *, n_clusters, init, n_init, max_iter
         km = KMeans(n_clusters, init=init, n_init=1, max_iter=max_iter, random_state=seed)
     km.fit(X_client)
     return km.cluster_centers_, np.bincount(km.labels_, minlength=n_clusters)
-
-
-def kumar_client_labels(X_client, seed, *, centers):
-    """Client step: label the client's rows by the nearest global centroid."""
-    return pairwise_distances_argmin(X_client, centers)
 
 
 # ---------------------------------------------------------------- server side
@@ -202,7 +196,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
 
         ledger.stage("clients: nearest-centroid labels")
         labels = map_clients(
-            kumar_client_labels,
+            nearest_center_labels,
             zip(federation.clients_data(), federation.seeds),
             n_jobs=self.n_jobs,
             centers=centers,

@@ -17,8 +17,8 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._feca import local_kmeans, nearest_center_labels
+from ._base import BaseFederatedClustering, CentroidPredictMixin, nearest_center_labels
+from ._feca import local_kmeans
 from ._federation import map_clients
 
 __all__ = ["MAvg", "matched_average"]
