@@ -56,7 +56,7 @@ from _common import (  # noqa: E402
 )
 
 from skfedclust import FedSpectralClustering  # noqa: E402
-from skfedclust._fedsc_core import (  # noqa: E402
+from skfedclust.methods._fedsc_core import (  # noqa: E402
     gaussian_kernel,
     n_components_auto,
     pooled_bandwidth,

@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 from _common import machine_line, markdown_table, write_result  # noqa: E402
 
 from skfedclust import FederatedFuzzyCMeans, GOLDClustering, KFed  # noqa: E402
-from skfedclust._gold import gold_server_cluster  # noqa: E402
+from skfedclust.methods._gold import gold_server_cluster  # noqa: E402
 from skfedclust.clusterers import local_kmeans  # noqa: E402
 from skfedclust.clusterers._cpl import fine_grained_cpl  # noqa: E402
 from skfedclust.datasets import GOLD_CLIENT_SPLITS, load_gold_clients  # noqa: E402

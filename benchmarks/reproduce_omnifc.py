@@ -62,7 +62,7 @@ from skfedclust import (  # noqa: E402
     KFed,
     OmniFCClustering,
 )
-from skfedclust._omnifc_clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids  # noqa: E402
+from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids  # noqa: E402
 from skfedclust.metrics import kappa  # noqa: E402
 from skfedclust.partition import NonIIDLevelPartition  # noqa: E402
 from skfedclust.secure import lcc_squared_distances  # noqa: E402

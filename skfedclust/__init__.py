@@ -6,17 +6,20 @@ computes, what crosses the wire, what the server learns) behind the usual
 """
 
 from . import clusterers, datasets, federation, metrics, partition, preprocessing
-from ._base import BaseFederatedClustering
-from ._dc import DCClustering
-from ._feca import FeCA, feca_aggregate
-from ._fedsc import FedSpectralClustering
-from ._ffcm import FederatedFuzzyCMeans
-from ._gold import GOLDClustering
-from ._kfed import KFed
-from ._kumar import KumarFederatedKMeans
-from ._mavg import MAvg
-from ._omnifc import OmniFCClustering
 from .federation import SERVER, Federation, Ledger
+from .methods import (
+    BaseFederatedClustering,
+    DCClustering,
+    FeCA,
+    FederatedFuzzyCMeans,
+    FedSpectralClustering,
+    GOLDClustering,
+    KFed,
+    KumarFederatedKMeans,
+    MAvg,
+    OmniFCClustering,
+    feca_aggregate,
+)
 from .preprocessing import FederatedMinMaxScaler, FederatedStandardScaler
 
 __version__ = "0.1.0.dev0"

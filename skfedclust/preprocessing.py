@@ -20,8 +20,16 @@ from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, 
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import DEFAULT_N_CLIENTS, FEDERATED_PARAMETER_CONSTRAINTS, progress
-from .federation import InProcessRuntime, Reply, build_federation, input_form
+from .federation import (
+    DEFAULT_N_CLIENTS,
+    FEDERATED_PARAMETER_CONSTRAINTS,
+    Reply,
+    build_federation,
+    current_runtime_factory,
+    input_form,
+    private_entropy,
+    progress,
+)
 from .partition import IIDPartition
 
 __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
@@ -30,7 +38,7 @@ __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
 # --------------------------------------------------------------------------- #
 # Client and server steps
 # --------------------------------------------------------------------------- #
-def client_moments(data, inbox, state, seed):
+def client_moments(data, inbox, state, party):
     """Client step: send the row count, the per-feature mean and the sum of squared deviations.
 
     Deviations are taken from the client's own mean, so a large common offset
@@ -55,7 +63,7 @@ def combine_moments(received):
     return mean, spread / total, int(total)
 
 
-def client_range(data, inbox, state, seed):
+def client_range(data, inbox, state, party):
     """Client step: send the per-feature minimum and maximum of the client's rows."""
     return Reply(send=(data.min(axis=0), data.max(axis=0)))
 
@@ -107,7 +115,13 @@ class _FederatedTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimato
         random_state = check_random_state(self.random_state)
         federation = build_federation(self, X, None, client_ids, random_state)
         with progress(self.verbose):
-            runtime = InProcessRuntime(federation, n_jobs=self.n_jobs, name=type(self).__name__)
+            runtime = current_runtime_factory()(
+                federation,
+                n_parties=federation.n_clients,
+                n_jobs=self.n_jobs,
+                name=type(self).__name__,
+                private_entropy=private_entropy(random_state),
+            )
             self._protocol(runtime)
         self.n_clients_ = federation.n_clients
         self.communication_ = runtime.ledger.report()

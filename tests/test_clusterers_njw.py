@@ -9,7 +9,7 @@ from sklearn.datasets import make_blobs, make_circles
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
-from skfedclust._fedsc_core import (
+from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_update,
     gaussian_kernel,

@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.estimator_checks import check_estimator
 
-import skfedclust._dc as dc_module
+import skfedclust.methods._dc as dc_module
 from skfedclust import DCClustering
 from skfedclust.federation import SERVER
 from skfedclust.metrics import clustering_accuracy

@@ -18,7 +18,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skfedclust import FeCA
-from skfedclust._feca import (
+from skfedclust.methods._feca import (
     eliminate_one_fit_many,
     feca_aggregate,
     feca_client_step,

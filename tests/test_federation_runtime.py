@@ -24,33 +24,33 @@ def _federation(n_clients=3, rows=4, seed=0):
     return fed
 
 
-def send_sum_keep_mean(data, inbox, state, seed, *, offset):
+def send_sum_keep_mean(data, inbox, state, party, *, offset):
     return Reply(send=data.sum() + offset, keep={"mean": data.mean(axis=0)})
 
 
-def send_state(data, inbox, state, seed):
+def send_state(data, inbox, state, party):
     return Reply(send=state["mean"])
 
 
-def echo_inbox(data, inbox, state, seed):
+def echo_inbox(data, inbox, state, party):
     return Reply(keep={"inbox": dict(inbox)})
 
 
-def seeded_noise(data, inbox, state, seed):
-    rng = np.random.RandomState(seed)
+def seeded_noise(data, inbox, state, party):
+    rng = np.random.RandomState(party.seed)
     return Reply(send=data @ rng.rand(data.shape[1]), keep={"labels": np.zeros(len(data), int)})
 
 
-def share_with_next(data, inbox, state, seed, *, n_parties):
+def share_with_next(data, inbox, state, party, *, n_parties):
     me = int(data[0, 0]) // 8
     return Reply(to_peers={(me + 1) % n_parties: data[:1]})
 
 
-def data_is_none(data, inbox, state, seed):
+def data_is_none(data, inbox, state, party):
     return Reply(keep={"had_data": data is not None})
 
 
-def returns_tuple(data, inbox, state, seed):
+def returns_tuple(data, inbox, state, party):
     return data, None
 
 
@@ -131,7 +131,7 @@ def test_steps_must_return_a_reply_and_be_module_level():
     with pytest.raises(TypeError, match="Reply"):
         runtime.run(returns_tuple, tag="bad")
 
-    def local_step(data, inbox, state, seed):
+    def local_step(data, inbox, state, party):
         return Reply()
 
     with pytest.raises(TypeError, match="module-level"):
@@ -139,7 +139,7 @@ def test_steps_must_return_a_reply_and_be_module_level():
 
 
 def test_state_is_read_only_inside_a_step():
-    def mutate(data, inbox, state, seed):
+    def mutate(data, inbox, state, party):
         state["x"] = 1
 
     runtime = InProcessRuntime(_federation())
@@ -178,7 +178,7 @@ def test_client_work_is_single_threaded():
         assert all(n == 1 for n in info), info
 
 
-def record_threads(data, inbox, state, seed):
+def record_threads(data, inbox, state, party):
     from threadpoolctl import threadpool_info
 
     return Reply(keep={"threads": [p["num_threads"] for p in threadpool_info()]})
@@ -205,7 +205,7 @@ def test_ledger_names_the_server():
     assert {m.receiver for m in runtime.ledger.messages} == {SERVER}
 
 
-def send_k(data, inbox, state, seed, *, k, base):
+def send_k(data, inbox, state, party, *, k, base):
     return Reply(send=np.full(1, base + k))
 
 

@@ -1,4 +1,4 @@
-"""Tests of FedSpectralClustering (skfedclust._fedsc): protocol, privacy, fitted model."""
+"""Tests of FedSpectralClustering (skfedclust.methods._fedsc): protocol, privacy, fitted model."""
 
 import inspect
 import tracemalloc
@@ -13,7 +13,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from threadpoolctl import threadpool_limits
 
 from skfedclust import FedSpectralClustering
-from skfedclust._fedsc import (
+from skfedclust.methods._fedsc import (
     TAG_COEF,
     TAG_RANK,
     TAG_ROWS,
@@ -21,7 +21,7 @@ from skfedclust._fedsc import (
     TAG_UPLOAD,
     fedsc_initial_dictionary,
 )
-from skfedclust._fedsc_core import (
+from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_update,
     gaussian_kernel,
@@ -511,7 +511,7 @@ def test_identical_and_shifted_inputs(iris_clients):
 
 def test_kmeans_restarts_reach_the_embedding(iris_clients, monkeypatch):
     """kmeans_n_init is what the server's NJW k-means gets (50 restarts by default)."""
-    import skfedclust._fedsc as fedsc_module
+    import skfedclust.methods._fedsc as fedsc_module
 
     seen = []
     real = fedsc_module.njw_spectral_clustering

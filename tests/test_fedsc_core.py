@@ -1,4 +1,4 @@
-"""Tests of the FedSC kernel factorisation (skfedclust._fedsc_core)."""
+"""Tests of the FedSC kernel factorisation (skfedclust.methods._fedsc_core)."""
 
 import warnings
 
@@ -8,7 +8,7 @@ from scipy.spatial.distance import pdist
 from sklearn.datasets import load_iris
 from threadpoolctl import threadpool_limits
 
-from skfedclust._fedsc_core import (
+from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_objective,
     client_update,

@@ -7,7 +7,7 @@ from scipy.spatial.distance import cdist
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import skfedclust._ffcm
+import skfedclust.methods._ffcm
 from skfedclust import FederatedFuzzyCMeans
 from skfedclust.clusterers import fuzzy_memberships
 from skfedclust.partition import DirichletPartition, IIDPartition
@@ -166,7 +166,7 @@ def test_ffcm_bad_input():
 
 def test_ffcm_memberships_are_the_package_rule():
     # One zero-distance rule for the package: the module name is an alias.
-    assert skfedclust._ffcm.fuzzy_memberships is fuzzy_memberships
+    assert skfedclust.methods._ffcm.fuzzy_memberships is fuzzy_memberships
 
 
 # --------------------------------------------------------------------------- #

@@ -36,7 +36,7 @@ from skfedclust import (
     KumarFederatedKMeans,
     MAvg,
 )
-from skfedclust._base import BaseFederatedClustering  # noqa: E402
+from skfedclust.methods._base import BaseFederatedClustering  # noqa: E402
 from skfedclust.federation import Reply, payload_nbytes  # noqa: E402
 from skfedclust.flower import (  # noqa: E402
     CodecError,
@@ -240,19 +240,19 @@ def test_seal_opens_only_for_the_pair_and_the_exchange():
 
 
 def test_nodes_run_only_allow_listed_client_steps():
-    from skfedclust._kfed import kfed_local_centers
+    from skfedclust.methods._kfed import kfed_local_centers
 
     assert resolve_step(step_name(kfed_local_centers)) is kfed_local_centers
     with pytest.raises(PermissionError, match="outside the packages"):
         resolve_step("os:system")
     with pytest.raises(PermissionError, match="not a function"):
-        resolve_step("skfedclust._kfed:KFed")
+        resolve_step("skfedclust.methods._kfed:KFed")
     with pytest.raises(PermissionError, match="not a client step"):
-        resolve_step("skfedclust._kfed:farthest_point_seeds")
+        resolve_step("skfedclust.methods._kfed:farthest_point_seeds")
     with pytest.raises(PermissionError, match="does not exist"):
-        resolve_step("skfedclust._kfed:no_such_step")
+        resolve_step("skfedclust.methods._kfed:no_such_step")
 
-    def local_step(data, inbox, state, seed):
+    def local_step(data, inbox, state, party):
         return Reply()
 
     with pytest.raises(TypeError, match="module-level"):
@@ -326,13 +326,13 @@ def _masks(seed, seeds, d):
     return {p: rng.normal(size=d) for p in range(len(seeds)) if seeds[p] != seed}
 
 
-def mask_shares(data, inbox, state, seed, *, seeds):
+def mask_shares(data, inbox, state, party, *, seeds):
     """Each client sends every other client a random mask (a share)."""
-    masks = _masks(seed, seeds, data.shape[1])
+    masks = _masks(party.seed, seeds, data.shape[1])
     return Reply(to_peers=masks, keep={"masks": masks})
 
 
-def masked_sum(data, inbox, state, seed):
+def masked_sum(data, inbox, state, party):
     """Send the column sums plus the masks sent minus the masks received."""
     out = data.sum(axis=0) + sum(state["masks"].values())
     out = out - sum(inbox["mask"][sender] for sender in sorted(inbox["mask"]))
@@ -430,16 +430,16 @@ def test_a_tampered_relay_is_detected_by_the_recipient():
         _local_fit(MaskedMean(), _clients(), tamper=flip)
 
 
-def split_sum(data, inbox, state, seed, *, holders):
+def split_sum(data, inbox, state, party, *, holders):
     """Split the column sums into additive shares, one per share holder."""
     total = data.sum(axis=0)
-    share = np.random.RandomState(seed).normal(size=total.shape)
+    share = np.random.RandomState(party.seed).normal(size=total.shape)
     return Reply(to_peers={holders[0]: share, holders[1]: total - share})
 
 
-def add_shares(data, inbox, state, seed):
+def add_shares(data, inbox, state, party):
     """A share holder (no data, no seed) adds the shares it received."""
-    assert data is None and seed is None
+    assert data is None and party.seed is None
     return Reply(send=sum(inbox["shares"][sender] for sender in sorted(inbox["shares"])))
 
 
@@ -479,13 +479,13 @@ def test_parties_without_data_are_nodes_whose_loader_returns_none():
 # --------------------------------------------------------------------------- #
 # Failures named on the server
 # --------------------------------------------------------------------------- #
-def fail_on_second(data, inbox, state, seed, *, seeds):
-    if seeds.index(seed) == 1:
+def fail_on_second(data, inbox, state, party, *, seeds):
+    if seeds.index(party.seed) == 1:
         raise ValueError("this client cannot go on")
     return Reply(send=data.sum())
 
 
-def keep_a_vector(data, inbox, state, seed):
+def keep_a_vector(data, inbox, state, party):
     return Reply(keep={"vector": data.sum(axis=0)})
 
 

@@ -12,9 +12,9 @@ import pytest
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import skfedclust._gold as gold_module
+import skfedclust.methods._gold as gold_module
 from skfedclust import GOLDClustering, KFed
-from skfedclust._gold import gold_server_cluster
+from skfedclust.methods._gold import gold_server_cluster
 from skfedclust.clusterers._cpl import (
     competition_step,
     fine_grained_cpl,

@@ -6,7 +6,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import KFed
-from skfedclust._kfed import farthest_point_seeds, kfed_server_aggregate
+from skfedclust.methods._kfed import farthest_point_seeds, kfed_server_aggregate
 from skfedclust.metrics import centroid_distance
 from skfedclust.partition import DirichletPartition, NonIIDLevelPartition
 

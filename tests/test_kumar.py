@@ -6,7 +6,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import KumarFederatedKMeans
-from skfedclust._kumar import kumar_server_recluster
+from skfedclust.methods._kumar import kumar_server_recluster
 from skfedclust.utils.protocol_checks import check_protocol
 
 

@@ -8,7 +8,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import MAvg
-from skfedclust._mavg import matched_average
+from skfedclust.methods._mavg import matched_average
 from skfedclust.partition import DirichletPartition, IIDPartition
 from skfedclust.utils.protocol_checks import check_protocol
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from skfedclust.utils import _memory
-from skfedclust.utils._memory import (
+from skfedclust.clusterers import _memory
+from skfedclust.clusterers._memory import (
     AVAILABLE_MEMORY_ENV,
     InsufficientMemoryError,
     available_memory,

@@ -18,8 +18,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler, normalize
 
 from skfedclust import OmniFCClustering
-from skfedclust._omnifc import PEAK_COPIES
-from skfedclust._omnifc_clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
+from skfedclust.methods._omnifc import PEAK_COPIES
+from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from skfedclust.metrics import kappa
 from skfedclust.partition import IIDPartition, NonIIDLevelPartition
 from skfedclust.secure import (
@@ -29,7 +29,7 @@ from skfedclust.secure import (
     max_safe_precision,
     quantize,
 )
-from skfedclust.utils._memory import AVAILABLE_MEMORY_ENV
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
 
@@ -317,7 +317,7 @@ def test_pipeline_clone_and_grid_search(blobs):
 def test_vote_matches_scikit_learn_distance_weighted_knn():
     from sklearn.neighbors import KNeighborsClassifier
 
-    from skfedclust._omnifc import nearest_neighbour_vote
+    from skfedclust.methods._omnifc import nearest_neighbour_vote
 
     rng = np.random.RandomState(0)
     train = rng.rand(60, 3)

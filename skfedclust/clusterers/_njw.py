@@ -35,7 +35,7 @@ from sklearn.cluster import KMeans
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_limits
 
-from ..utils._memory import check_dense_memory
+from ._memory import check_dense_memory
 
 __all__ = [
     "knn_graph",
@@ -515,7 +515,7 @@ def njw_spectral_clustering(
     Examples
     --------
     >>> from sklearn.datasets import make_circles
-    >>> from skfedclust._fedsc_core import gaussian_kernel
+    >>> from skfedclust.methods._fedsc_core import gaussian_kernel
     >>> from skfedclust.clusterers._njw import knn_graph, njw_spectral_clustering
     >>> X, y = make_circles(200, factor=0.5, noise=0.03, random_state=0)
     >>> W = knn_graph(gaussian_kernel(X, bandwidth=0.5))

@@ -71,7 +71,7 @@ class KMedoids(ClusterMixin, BaseEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._omnifc_clusterers import KMedoids
+    >>> from skfedclust.clusterers import KMedoids
     >>> X = np.array([[0.0], [0.1], [5.0], [5.2]])
     >>> KMedoids(2).fit(X).labels_.tolist() in ([0, 0, 1, 1], [1, 1, 0, 0])
     True
@@ -261,7 +261,7 @@ class FuzzyCMeans(ClusterMixin, BaseEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._omnifc_clusterers import FuzzyCMeans
+    >>> from skfedclust.clusterers import FuzzyCMeans
     >>> X = np.array([[0.0], [0.1], [5.0], [5.2]])
     >>> labels = FuzzyCMeans(2, random_state=0).fit(X).labels_
     >>> bool(labels[0] == labels[1] != labels[2] == labels[3])
@@ -385,7 +385,7 @@ default="ward"
     --------
     >>> import numpy as np
     >>> from sklearn.metrics import pairwise_distances
-    >>> from skfedclust._omnifc_clusterers import HierarchicalLinkage
+    >>> from skfedclust.clusterers import HierarchicalLinkage
     >>> X = np.array([[0.0], [0.1], [5.0], [5.2]])
     >>> HierarchicalLinkage(2).fit(pairwise_distances(X)).labels_.tolist()
     [0, 0, 1, 1]

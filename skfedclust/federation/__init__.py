@@ -1,30 +1,58 @@
 """The federation: who holds what, the protocol runtime and the message ledger.
 
 A federated method is a protocol written once against a :class:`Runtime`:
-client steps ``step(data, inbox, state, seed, **public) -> Reply`` run on the
+client steps ``step(data, inbox, state, party, **public) -> Reply`` run on the
 clients, what they send reaches the server as :class:`Received` (exactly what
 the :class:`Ledger` recorded), and the server's messages go back through
-``broadcast`` and ``send``. See the user guide's "Writing a method" page.
+``broadcast`` and ``send``. :class:`Runtime` is the interface every runtime
+implements (:class:`InProcessRuntime` here, the Flower runtime in
+:mod:`skfedclust.flower`); :func:`use_runtime` makes estimators fit on another.
+See the user guide's "Writing a method" page.
 """
 
 from ._federation import Federation
-from ._inputs import INPUT_FORMS, build_federation, input_form, layout_from_partition
+from ._inputs import (
+    DEFAULT_N_CLIENTS,
+    FEDERATED_PARAMETER_CONSTRAINTS,
+    INPUT_FORMS,
+    build_federation,
+    input_form,
+    layout_from_partition,
+)
 from ._ledger import SERVER, Ledger, Message, payload_nbytes
-from ._runtime import InProcessRuntime, Received, Reply, Runtime, logger
+from ._runtime import (
+    InProcessRuntime,
+    Party,
+    Received,
+    Reply,
+    Runtime,
+    current_runtime_factory,
+    logger,
+    private_entropy,
+    progress,
+    use_runtime,
+)
 
 __all__ = [
+    "DEFAULT_N_CLIENTS",
+    "FEDERATED_PARAMETER_CONSTRAINTS",
     "INPUT_FORMS",
     "SERVER",
     "Federation",
     "InProcessRuntime",
     "Ledger",
     "Message",
+    "Party",
     "Received",
     "Reply",
     "Runtime",
     "build_federation",
+    "current_runtime_factory",
     "input_form",
     "layout_from_partition",
     "logger",
     "payload_nbytes",
+    "private_entropy",
+    "progress",
+    "use_runtime",
 ]

@@ -18,11 +18,34 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_array
+from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import column_or_1d, validate_data
 
 from ._federation import Federation
 
-__all__ = ["INPUT_FORMS", "build_federation", "input_form", "layout_from_partition"]
+__all__ = [
+    "DEFAULT_N_CLIENTS",
+    "FEDERATED_PARAMETER_CONSTRAINTS",
+    "INPUT_FORMS",
+    "build_federation",
+    "input_form",
+    "layout_from_partition",
+]
+
+#: Number of IID clients simulated when ``partition=None`` and the input is pooled.
+DEFAULT_N_CLIENTS = 2
+
+#: Parameter constraints every estimator that takes the federated input forms shares.
+FEDERATED_PARAMETER_CONSTRAINTS: dict = {
+    "partition": [
+        None,
+        Interval(numbers.Integral, 1, None, closed="left"),
+        HasMethods("split"),
+    ],
+    "n_jobs": [None, numbers.Integral],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+}
 
 INPUT_FORMS = (
     "a 2-D array of pooled rows (with client_ids= or a partition), a list of 2-D client "

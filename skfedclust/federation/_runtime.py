@@ -4,28 +4,36 @@ A federated method is written once, as a *protocol* against a :class:`Runtime`:
 
 * ``runtime.run(step, tag=...)`` runs a client step on every client (or a chosen
   subset). A client step has the signature
-  ``step(data, inbox, state, seed, **public) -> Reply``: it sees its own data,
-  the messages delivered to it, its own private state and its seed, and
-  nothing else. Its :class:`Reply` says what it *sends* (to the server, or to
-  other parties) and what it *keeps* (its private state for later steps).
+  ``step(data, inbox, state, party, **public) -> Reply``: it sees its own data,
+  the messages delivered to it, its own private state and its :class:`Party`
+  (public index, public seed, private generator), and nothing else. Its
+  :class:`Reply` says what it *sends* (to the server, or to other parties),
+  what it *keeps* (its private state for later steps) and what it hands its
+  own user as *output* (its labels, a predict state).
 * what the clients sent comes back as :class:`Received`, built from the
   messages the ledger recorded: it is the only thing a server step gets.
 * ``runtime.broadcast`` and ``runtime.send`` deliver the server's messages to the
   clients' inboxes for their next step.
 
-State kept by a client never leaves the runtime, except through
-:meth:`Runtime.client_outputs`, the simulation's explicit hand-back of what each
-client keeps for its own user (its labels), which a deployed federation never
-sends.
+The contract is messages only: no protocol, server step or estimator reads
+what a party keeps or outputs. The one place outputs leave a party is
+:meth:`Runtime.hand_back`, which the estimator base class calls once for the
+labels: the in-process runtime plays every party's user and puts their labels
+back in input order; a deployed runtime leaves them on the nodes, each of
+which writes its own.
 
 Two implementations share this interface: :class:`InProcessRuntime` (joblib,
-here) and the Flower runtime of :mod:`skfedclust.flower`.
+here) and the Flower runtime of :mod:`skfedclust.flower`. A third needs no
+monkeypatching: :func:`use_runtime` makes estimators fit on it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
+import sys
 import time
 import types
 from collections.abc import Mapping
@@ -36,15 +44,127 @@ from threadpoolctl import ThreadpoolController
 
 from ._ledger import SERVER, Ledger
 
-__all__ = ["InProcessRuntime", "Received", "Reply", "Runtime", "logger"]
+__all__ = [
+    "InProcessRuntime",
+    "Party",
+    "Received",
+    "Reply",
+    "Runtime",
+    "current_runtime_factory",
+    "logger",
+    "private_entropy",
+    "progress",
+    "use_runtime",
+]
 
 #: The package logger: progress of every protocol goes here. An estimator's
 #: ``verbose`` raises its level for the duration of ``fit``.
 logger = logging.getLogger("skfedclust")
 
 
+@contextlib.contextmanager
+def progress(verbose):
+    """Raise the package logger to INFO (``verbose=1``) or DEBUG (``>= 2``) and print it.
+
+    Progress goes through the ``skfedclust`` logger; an application that
+    configures logging itself sees it at its own levels. ``verbose`` adds a
+    handler writing to standard output for the duration of the call.
+    """
+    if not verbose:
+        yield
+        return
+    level = logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    previous = logger.level
+    logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+#: Domain tag mixed into every private stream, so that no public seed drawn
+#: from the same ``random_state`` can coincide with one.
+_PRIVATE_DOMAIN = 0x5052_4956  # "PRIV"
+
+
+def private_entropy(random_state):
+    """Root entropy of the parties' private generators in a simulation.
+
+    Derived from the state of ``random_state`` without drawing from it, so the
+    public draws of a fit (partitions, seeds, server choices) are the same
+    whether or not a protocol uses private randomness, and a fit stays
+    reproducible. Only the runtime holds it: it reaches client steps as their
+    :attr:`Party.rng`, never a server step or a fitted attribute. On a
+    deployment every node draws its own from the operating system instead.
+
+    Parameters
+    ----------
+    random_state : numpy.random.RandomState
+        The fit's random state.
+
+    Returns
+    -------
+    entropy : list of int
+        Entropy for :class:`numpy.random.SeedSequence`.
+    """
+    _, keys, pos, *_ = random_state.get_state(legacy=True)
+    return [_PRIVATE_DOMAIN, int(pos), *np.asarray(keys, dtype=np.uint32).tolist()]
+
+
+class Party:
+    """What a client step knows about the party it runs on.
+
+    Parameters
+    ----------
+    index : int
+        The party's public index: ``0 .. n_clients - 1`` for data-holding
+        clients, then the parties without data.
+    seed : int or None
+        The party's public seed, drawn by the server (``None`` for parties
+        without data). It drives public, algorithmic choices (a k-means
+        start) that the server could replay.
+    entropy : int, sequence of int or None
+        Root of the party's private randomness. ``None`` draws it from the
+        operating system.
+    stream : tuple of int, default=()
+        Which private stream of the party this step gets (the runtime passes
+        the exchange number, so every step draws fresh values).
+
+    Attributes
+    ----------
+    rng : numpy.random.Generator
+        The party's private generator: masks, secret-sharing noise and
+        differential-privacy noise come from here, never from ``seed``.
+    """
+
+    __slots__ = ("index", "seed", "_entropy", "_stream", "_rng")
+
+    def __init__(self, index, seed=None, entropy=None, stream=()):
+        self.index = int(index)
+        self.seed = None if seed is None else int(seed)
+        self._entropy = entropy
+        self._stream = tuple(int(s) for s in stream)
+        self._rng = None
+
+    @property
+    def rng(self):
+        if self._rng is None:
+            # numpy's PCG64 from a 128-bit seed: unpredictable to anyone without
+            # the entropy, which stays with the party (a node's OS entropy).
+            sequence = np.random.SeedSequence(self._entropy, spawn_key=(self.index, *self._stream))
+            self._rng = np.random.Generator(np.random.PCG64(sequence))
+        return self._rng
+
+    def __repr__(self):
+        return f"Party(index={self.index}, seed={self.seed})"
+
+
 class Reply:
-    """What a client step returns: what it sends, and what it keeps.
+    """What a client step returns: what it sends, keeps and hands its own user.
 
     Parameters
     ----------
@@ -57,14 +177,20 @@ class Reply:
     to_peers : dict, default=None
         Messages to other parties, ``{party: payload}``, delivered to each
         recipient's inbox for its next step as ``inbox[tag][sender]``.
+    output : dict, default=None
+        What the party hands its own user at the end of the fit (its labels
+        under ``"labels"``, one per row it holds). Never sent: in a simulation
+        the user plays every party and gets them through
+        :meth:`Runtime.hand_back`; a deployed node writes its own.
     """
 
-    __slots__ = ("send", "keep", "to_peers")
+    __slots__ = ("send", "keep", "to_peers", "output")
 
-    def __init__(self, send=None, *, keep=None, to_peers=None):
+    def __init__(self, send=None, *, keep=None, to_peers=None, output=None):
         self.send = send
         self.keep = dict(keep) if keep else {}
         self.to_peers = dict(to_peers) if to_peers else {}
+        self.output = dict(output) if output else {}
 
 
 class Received(Mapping):
@@ -102,7 +228,7 @@ def _check_reply(reply, step, client):
     if not isinstance(reply, Reply):
         raise TypeError(
             f"client step {step.__name__} returned {type(reply).__name__} on client {client}; "
-            "a client step returns a Reply(send=..., keep=..., to_peers=...)"
+            "a client step returns a Reply(send=..., keep=..., to_peers=..., output=...)"
         )
     return reply
 
@@ -120,13 +246,13 @@ def single_threaded():
     return _thread_controller().limit(limits=1)
 
 
-def _run_step(step, data, inbox, state, seed, public):
+def _run_step(step, data, inbox, state, party, public):
     # Client work runs on one thread in every pool (BLAS and OpenMP): results
     # are then identical whatever n_jobs and backend are, and parallel clients
     # do not oversubscribe the cores. Parallelism comes from running clients
     # side by side.
     with single_threaded():
-        return step(data, inbox, types.MappingProxyType(state), seed, **public)
+        return step(data, inbox, types.MappingProxyType(state), party, **public)
 
 
 class Runtime:
@@ -183,8 +309,15 @@ class Runtime:
         self.trace.append((self.ledger._phase, step.__name__, "server step", step.__name__, None))
         return step(*received, **public)
 
-    def client_outputs(self, key, clients=None):
-        """What each client kept under ``key`` for its own user, in client order."""
+    def hand_back(self, key):
+        """What the parties declared as output ``key``, for the user who fitted.
+
+        The one place a party's output leaves it. The in-process runtime plays
+        every party's user and returns the outputs in the order of the input
+        rows; a deployed runtime returns ``None``: each node hands its own
+        output to its own user (writes it). Protocols never call this; the
+        estimator base class calls it once, for ``"labels"``.
+        """
         raise NotImplementedError
 
     def stage(self, message):
@@ -215,9 +348,13 @@ class InProcessRuntime(Runtime):
         Number of joblib workers for client steps.
     name : str, default=""
         Name used in progress messages.
+    private_entropy : sequence of int, default=None
+        Root of the parties' private generators (:func:`private_entropy`);
+        ``None`` draws it from the operating system (a fit that uses private
+        randomness is then not reproducible).
     """
 
-    def __init__(self, federation, *, n_parties=None, n_jobs=None, name=""):
+    def __init__(self, federation, *, n_parties=None, n_jobs=None, name="", private_entropy=None):
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -230,7 +367,12 @@ class InProcessRuntime(Runtime):
         self.n_jobs = n_jobs
         self.name = name
         self.ledger = Ledger(self.n_parties)
+        if private_entropy is None:
+            private_entropy = np.random.SeedSequence().entropy
+        self._private_entropy = private_entropy
+        self._exchange = -1
         self._states = [{} for _ in range(self.n_parties)]
+        self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, Received or None).
@@ -250,8 +392,9 @@ class InProcessRuntime(Runtime):
     def _data(self, c):
         return self._federation.client_data(c) if c < self.n_clients else None
 
-    def _seed(self, c):
-        return int(self.seeds[c]) if c < self.n_clients else None
+    def _party(self, c):
+        seed = int(self.seeds[c]) if c < self.n_clients else None
+        return Party(c, seed, self._private_entropy, stream=(self._exchange,))
 
     def run(self, step, *, tag, clients=None, setup=False, per_client=None, **public):
         """Run a client step and deliver what it sends.
@@ -259,7 +402,7 @@ class InProcessRuntime(Runtime):
         Parameters
         ----------
         step : callable
-            A module-level function ``step(data, inbox, state, seed, **public)``
+            A module-level function ``step(data, inbox, state, party, **public)``
             returning a :class:`Reply`. ``data`` is the party's own block
             (``None`` for a party without data), ``inbox`` the messages
             delivered to it since its last step (then emptied), ``state`` a
@@ -290,6 +433,7 @@ class InProcessRuntime(Runtime):
                 "(another process, another machine) can run it by name"
             )
         targets = self._targets(clients)
+        self._exchange += 1
         inboxes = []
         for c in targets:
             inboxes.append(self._inboxes[c])
@@ -301,7 +445,7 @@ class InProcessRuntime(Runtime):
                 self._data(c),
                 inbox,
                 self._states[c],
-                self._seed(c),
+                self._party(c),
                 {**public, **per_client.get(c, {})},
             )
             for c, inbox in zip(targets, inboxes)
@@ -316,6 +460,7 @@ class InProcessRuntime(Runtime):
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)
             self._states[c].update(reply.keep)
+            self._outputs[c].update(reply.output)
             if reply.send is not None:
                 self.ledger.record(reply.send, sender=c, receiver=SERVER, tag=tag)
                 sent[c] = reply.send
@@ -336,24 +481,70 @@ class InProcessRuntime(Runtime):
             self._inboxes[c][tag] = payload
         self.trace.append((phase, tag, "server send", None, None))
 
-    # -- simulation only -------------------------------------------------------------
-    def client_outputs(self, key, clients=None):
-        """What each client kept under ``key``, in client order.
+    # -- the user's side ------------------------------------------------------------
+    def hand_back(self, key):
+        """The parties' outputs ``key``, in the order of the input rows.
 
-        This is the simulation handing each client's own result (its labels)
-        back to the user who plays every client; nothing here crosses the wire
-        and a deployed federation leaves it on the clients.
+        The simulation's user plays every party, so it gets every party's own
+        output (its labels); nothing here crosses the wire. ``None`` when no
+        party declared ``key``.
         """
-        return [self._states[c][key] for c in self._targets(clients)]
-
-    def gather_rows(self, key, clients=None):
-        """Client outputs ``key`` put back in the order of the input rows."""
-        targets = self._targets(clients)
-        return self._federation.gather_rows(self.client_outputs(key, targets), targets)
+        parties = [c for c in range(self.n_clients) if key in self._outputs[c]]
+        if not parties:
+            return None
+        values = [self._outputs[c][key] for c in parties]
+        return self._federation.gather_rows(values, parties)
 
     def private_states(self):
-        """Every party's private state (for protocol checks in tests)."""
+        """Every party's private state, for tests that attack a protocol.
+
+        Not part of the :class:`Runtime` interface: no protocol, server step
+        or estimator may read it.
+        """
         return [dict(s) for s in self._states]
+
+    def party_outputs(self):
+        """Every party's declared outputs, for tests (not part of the interface)."""
+        return [dict(o) for o in self._outputs]
+
+
+_RUNTIME_FACTORY = contextvars.ContextVar("skfedclust_runtime_factory", default=InProcessRuntime)
+
+
+def current_runtime_factory():
+    """The runtime class (or factory) estimators fit on: :class:`InProcessRuntime` by default."""
+    return _RUNTIME_FACTORY.get()
+
+
+@contextlib.contextmanager
+def use_runtime(factory):
+    """Make estimators fit on runtimes built by ``factory`` inside the ``with`` block.
+
+    ``factory(federation, *, n_parties, n_jobs, name, private_entropy)`` must
+    return a :class:`Runtime`; a subclass of :class:`InProcessRuntime` (one
+    that records what its server steps receive, say) is the usual choice.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from skfedclust import KFed
+    >>> from skfedclust.federation import InProcessRuntime, use_runtime
+    >>> built = []
+    >>> class Counting(InProcessRuntime):
+    ...     def __init__(self, *args, **kwargs):
+    ...         super().__init__(*args, **kwargs)
+    ...         built.append(self)
+    >>> X, _ = make_blobs(60, centers=2, random_state=0)
+    >>> with use_runtime(Counting):
+    ...     _ = KFed(2, random_state=0).fit([X[:30], X[30:]])
+    >>> len(built)
+    1
+    """
+    token = _RUNTIME_FACTORY.set(factory)
+    try:
+        yield factory
+    finally:
+        _RUNTIME_FACTORY.reset(token)
 
 
 def as_array_list(received):

@@ -5,8 +5,10 @@ node config, answers the server's handshake with public metadata only (row and
 feature counts, a name, a fresh public key), runs the client steps the server
 names (allow-listed functions of skfedclust) on that data, keeps its private
 state in its Flower Context between steps, seals what it sends to other
-parties, and at the end writes its labels where its operator said. Its rows,
-its state and its labels never leave the node.
+parties, and at the end writes its declared outputs (its labels) where its
+operator said. Its rows, its state, its outputs and its private randomness
+(drawn from the operating system, or from the ``private-seed`` field of the
+node config for reproducible tests) never leave the node.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
-from ..federation._runtime import _check_reply, _run_step
+from ..federation._runtime import Party, _check_reply, _run_step
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._wire import (
@@ -31,7 +33,6 @@ from ._wire import (
     ERROR_STEP,
     FINISH,
     HELLO,
-    OUTPUT,
     STEP,
     from_content,
     require_flwr,
@@ -52,6 +53,11 @@ logger = logging.getLogger("skfedclust.flower")
 #: Records of the node's private state in its Flower Context.
 NODE = "skfedclust.node"
 STATE = "skfedclust.state"
+OUTPUTS = "skfedclust.outputs"
+
+#: Node-config field that fixes a node's private randomness (tests only: a
+#: deployed node draws it from the operating system).
+PRIVATE_SEED = "private-seed"
 
 
 # --------------------------------------------------------------------------- #
@@ -159,40 +165,48 @@ def _node_record(context):
     return context.state.config_records[NODE]
 
 
-def _load_state(context):
+def _load_state(context, which=STATE):
     record = _node_record(context)
-    arrays = context.state.array_records[STATE]
+    arrays = context.state.array_records[which]
     # The objects were pickled by this node into its own Context (below); nothing
     # another party sent is ever unpickled.
-    objects = [pickle.loads(record[f"object.{i}"]) for i in range(record["n_objects"])]
+    objects = [
+        pickle.loads(record[f"{which}.object.{i}"]) for i in range(record[f"{which}.n_objects"])
+    ]
     arrays = [arrays[str(i)].numpy() for i in range(len(arrays))]
-    return decode(record["state"], arrays, "state", objects=objects)
+    return decode(record[which], arrays, "state", objects=objects)
 
 
-def _save_state(context, state):
+def _save_state(context, state, which=STATE):
     objects = []
     skeleton, arrays = encode(state, "the client's state", objects=objects)
     record = _node_record(context)
-    for key in [k for k in record.keys() if k.startswith("object.")]:
+    for key in [k for k in record.keys() if k.startswith(f"{which}.object.")]:
         del record[key]
     # What a step keeps may be any object (a fitted transformer); it stays in
     # this node's Context and never travels, so it may be pickled.
     for i, obj in enumerate(objects):
-        record[f"object.{i}"] = pickle.dumps(obj)
-    record["n_objects"] = len(objects)
-    record["state"] = skeleton
-    context.state[STATE] = ArrayRecord({str(i): Array(np.asarray(a)) for i, a in enumerate(arrays)})
+        record[f"{which}.object.{i}"] = pickle.dumps(obj)
+    record[f"{which}.n_objects"] = len(objects)
+    record[which] = skeleton
+    context.state[which] = ArrayRecord({str(i): Array(np.asarray(a)) for i, a in enumerate(arrays)})
+
+
+def _private_entropy(node_config):
+    """The node's private entropy: its ``private-seed``, else fresh OS entropy (as text)."""
+    if PRIVATE_SEED in node_config:
+        return str(int(node_config[PRIVATE_SEED]))
+    return str(np.random.SeedSequence().entropy)
 
 
 class _Service:
     """The four message handlers of a node (see :func:`make_client_app`)."""
 
-    def __init__(self, load_data, save_output, allowed_modules, client_name, share_diagnostics):
+    def __init__(self, load_data, save_output, allowed_modules, client_name):
         self.load_data = load_data
         self.save_output = save_output
         self.allowed_modules = tuple(allowed_modules)
         self.client_name = client_name
-        self.share_diagnostics = share_diagnostics
         self._cache = {}
 
     # -- data ------------------------------------------------------------------
@@ -220,13 +234,13 @@ class _Service:
             {
                 "session": str(control["session"]),
                 "private_key": keys.private_bytes,
+                "private_entropy": _private_entropy(context.node_config),
                 "begin": "",
                 "last": "{}",
-                "state": "null",
-                "n_objects": 0,
             }
         )
         _save_state(context, {})
+        _save_state(context, {}, OUTPUTS)
         name = self.client_name(context.node_config)
         reply = {
             "session": control["session"],
@@ -293,12 +307,21 @@ class _Service:
             inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
 
         data = self.data(context)[0] if party < int(begin["n_clients"]) else None
-        seed = begin["seed"]
+        me = Party(
+            party,
+            begin["seed"],
+            int(record["private_entropy"]),
+            stream=(int(control["exchange"]),),
+        )
         state = _load_state(context)
-        reply = _run_step(step, data, inbox, state, seed, body["public"])
+        reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         state.update(reply.keep)
         _save_state(context, state)
+        if reply.output:
+            outputs = _load_state(context, OUTPUTS)
+            outputs.update(reply.output)
+            _save_state(context, outputs, OUTPUTS)
         record["last"] = json.dumps({str(k): v for k, v in last.items()})
 
         n_parties = int(begin["n_parties"])
@@ -334,35 +357,13 @@ class _Service:
         }
         return to_content(reply_control, reply.send, sealed=out, where="the step's reply")
 
-    def output(self, message, context):
-        control, _, _ = from_content(message.content, "output request")
-        self._session(context, control)
-        key = control["key"]
-        if not self.share_diagnostics:
-            raise PermissionError(
-                f"this node does not share its local diagnostics (asked for {key!r})"
-            )
-        state = _load_state(context)
-        if key not in state:
-            raise KeyError(f"this node kept nothing under {key!r}")
-        value = state[key]
-        if not (np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"):
-            raise PermissionError(
-                f"{key!r} is not a scalar diagnostic; a deployed client keeps it (only "
-                "scalar local diagnostics such as iteration counts are shared)"
-            )
-        return to_content({"session": control["session"], "key": key}, value)
-
     def finish(self, message, context):
         control, _, _ = from_content(message.content, "finish message")
         self._session(context, control)
-        state = _load_state(context)
+        outputs = _load_state(context, OUTPUTS)
         written = {}
-        for key in control["outputs"]:
-            values = state.get(key)
-            where = None
-            if values is not None:
-                where = self.save_output(context.node_config, key, values)
+        for key, values in outputs.items():
+            where = self.save_output(context.node_config, key, values)
             written[key] = 0 if where is None else int(np.shape(values)[0])
             if where is None:
                 logger.warning(
@@ -370,9 +371,10 @@ class _Service:
                 )
             else:
                 logger.info("node %s: %r written to %s", context.node_id, key, where)
-        # The fit is over: its keys and state leave the node's Context.
+        # The fit is over: its keys, state and outputs leave the node's Context.
         del context.state[NODE]
         del context.state[STATE]
+        del context.state[OUTPUTS]
         return to_content({"session": control["session"], "written": written})
 
     # -- dispatch ----------------------------------------------------------------
@@ -394,7 +396,6 @@ def make_client_app(
     save_output=save_node_output,
     client_name=_default_name,
     allowed_modules=DEFAULT_ALLOWED_MODULES,
-    share_diagnostics=True,
     app=None,
 ):
     """A Flower ClientApp that runs skfedclust client steps on the node's own data.
@@ -408,17 +409,15 @@ def make_client_app(
         ``fit`` checks a client array (finite, 2-D, float64).
     save_output : callable, default=save_node_output
         ``save_output(node_config, key, values) -> path or None``: where the
-        node writes what it keeps for its user (``key="labels"``). The default
-        writes to the ``labels-path`` field of the node config, if any.
+        node writes each output the protocol's steps declared for its user
+        (``key="labels"``: one label per row it holds). The default writes
+        the labels to the ``labels-path`` field of the node config, if any.
     client_name : callable, default=None
         ``client_name(node_config)``: the name that orders the clients (as
         ``client_ids`` does in ``fit``). The default uses the ``client-name``
         field, else Flower's ``partition-id`` (simulation).
     allowed_modules : tuple of str, default=("skfedclust",)
         Packages whose module-level client steps the node runs.
-    share_diagnostics : bool, default=True
-        Answer the server's requests for scalar local diagnostics (iteration
-        and removal counts) that estimators report as attributes.
     app : ClientApp, default=None
         Add the handlers to this ClientApp instead of a new one.
 
@@ -427,12 +426,11 @@ def make_client_app(
     app : flwr.clientapp.ClientApp
     """
     require_flwr()
-    service = _Service(load_data, save_output, allowed_modules, client_name, share_diagnostics)
+    service = _Service(load_data, save_output, allowed_modules, client_name)
     app = ClientApp() if app is None else app
     for message_type, handler in (
         (HELLO, service.hello),
         (STEP, service.step),
-        (OUTPUT, service.output),
         (FINISH, service.finish),
     ):
         action = message_type.split(".", 1)[1]

@@ -25,7 +25,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .. import __version__
-from .._base import progress
+from ..federation import progress
 from ..federation._inputs import _check_client_sizes, _check_n_samples
 from ..federation._ledger import SERVER, Ledger
 from ..federation._runtime import Received, Runtime
@@ -34,7 +34,6 @@ from ._wire import (
     DEFAULT_ALLOWED_MODULES,
     FINISH,
     HELLO,
-    OUTPUT,
     STEP,
     content_nbytes,
     from_content,
@@ -300,9 +299,6 @@ class FlowerRuntime(Runtime):
         Seconds to wait for the replies of one exchange.
     allowed_modules : tuple of str, default=("skfedclust",)
         Packages whose client steps may be named.
-    row_outputs : tuple of str, default=("labels",)
-        Client outputs that ``gather_rows`` leaves on the clients (written by
-        each node for its own user at the end).
     name : str, default=""
         Name used in progress messages.
     """
@@ -320,7 +316,6 @@ class FlowerRuntime(Runtime):
         n_clients,
         timeout=600.0,
         allowed_modules=DEFAULT_ALLOWED_MODULES,
-        row_outputs=("labels",),
         name="",
     ):
         require_flwr()
@@ -338,7 +333,6 @@ class FlowerRuntime(Runtime):
         self.public_keys = list(public_keys)
         self.timeout = timeout
         self.allowed_modules = tuple(allowed_modules)
-        self.row_outputs = tuple(row_outputs)
         self.name = name
         self.ledger = Ledger(self.n_parties)
         self.transport = Transport()
@@ -348,8 +342,6 @@ class FlowerRuntime(Runtime):
         self._begun = [False] * self.n_parties
         self._exchange = -1
         self._received_ids = set()
-        #: Row outputs the protocol gathered: key -> parties.
-        self.gathered = {}
         #: Every sealed peer message the server relayed (what it holds of them).
         self.relayed = []
         self._t0 = time.perf_counter()
@@ -504,73 +496,13 @@ class FlowerRuntime(Runtime):
             self._pending[c].append(("server", tag, payload))
         self.trace.append((phase, tag, "server send", None, None))
 
-    # -- what clients keep -------------------------------------------------------------
-    def client_outputs(self, key, clients=None):
-        """Scalar local diagnostics the clients kept under ``key`` (iteration counts).
+    # -- the user's side --------------------------------------------------------------
+    def hand_back(self, key):
+        """``None``: on a deployed federation each node hands its own outputs to its user.
 
-        Each node answers only for scalars (and only if its operator lets it);
-        what a client keeps per row (its labels) stays on the node. The request
-        and answers are counted in ``transport_`` (kind ``outputs``), not in
-        ``communication_``: the in-process runtime hands these back without a
-        message too.
+        Every output a client step declared stays on its node, which writes it
+        when the fit ends (:meth:`finish`); the server never holds it.
         """
-        if key in self.row_outputs:
-            raise NotSupportedOnFlower(
-                f"{self.name or 'the'} protocol reads every client's {key!r} back; on a "
-                "deployed federation "
-                "they stay on the clients (each node writes its own)"
-            )
-        targets = self._targets(clients)
-        messages = [
-            Message(
-                to_content({"session": self.session, "key": key, "party": c}),
-                dst_node_id=self.node_ids[c],
-                message_type=OUTPUT,
-            )
-            for c in targets
-        ]
-        what = f"a request for the local diagnostic {key!r}"
-        replies = _exchange(
-            self.grid,
-            messages,
-            targets,
-            what=what,
-            timeout=self.timeout,
-            transport=self.transport,
-            kind="outputs",
-        )
-        values = []
-        for c, reply in zip(targets, replies):
-            _, value, _ = _decode_reply(
-                reply, node_id=self.node_ids[c], party=c, what=what, session=self.session
-            )
-            if np.ndim(value) != 0:
-                raise FlowerNodeError(
-                    f"party {c} (node {self.node_ids[c]}) answered {what} with a "
-                    f"{type(value).__name__}, not a scalar",
-                    node_id=self.node_ids[c],
-                    party=c,
-                    step=what,
-                )
-            values.append(value)
-        return values
-
-    def gather_rows(self, key, clients=None):
-        """Leave the clients' ``key`` on the clients; each node writes its own at the end.
-
-        Returns ``None``: the server of a deployed federation never holds the
-        clients' labels. Keys other than ``row_outputs`` raise
-        :class:`NotSupportedOnFlower`: a protocol that needs the rows' values
-        on the server can run only in simulation.
-        """
-        if key not in self.row_outputs:
-            raise NotSupportedOnFlower(
-                f"{self.name or 'the'} protocol gathers every client's {key!r} on the server "
-                "(runtime.gather_rows), which only a simulation can do; on Flower only "
-                f"{', '.join(map(repr, self.row_outputs))} may be gathered, and they stay "
-                "on the clients"
-            )
-        self.gathered[key] = self._targets(clients)
         return None
 
     def finish(self):
@@ -585,12 +517,7 @@ class FlowerRuntime(Runtime):
         parties = list(range(self.n_parties))
         messages = [
             Message(
-                to_content(
-                    {
-                        "session": self.session,
-                        "outputs": [k for k, who in self.gathered.items() if c in who],
-                    }
-                ),
+                to_content({"session": self.session}),
                 dst_node_id=self.node_ids[c],
                 message_type=FINISH,
             )
@@ -605,7 +532,7 @@ class FlowerRuntime(Runtime):
             transport=self.transport,
             kind="finish",
         )
-        written = {key: np.zeros(self.n_parties, dtype=np.intp) for key in self.gathered}
+        written = {}
         for c, reply in zip(parties, replies):
             control, _, _ = _decode_reply(
                 reply,
@@ -615,8 +542,7 @@ class FlowerRuntime(Runtime):
                 session=self.session,
             )
             for key, count in control.get("written", {}).items():
-                if key in written:
-                    written[key][c] = int(count)
+                written.setdefault(key, np.zeros(self.n_parties, dtype=np.intp))[c] = int(count)
         return written
 
     def transport_report(self):

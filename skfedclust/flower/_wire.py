@@ -24,7 +24,6 @@ __all__ = [
     "DEFAULT_ALLOWED_MODULES",
     "FINISH",
     "HELLO",
-    "OUTPUT",
     "STEP",
     "content_nbytes",
     "from_content",
@@ -38,7 +37,6 @@ __all__ = [
 #: registered for that action.
 HELLO = "query.skfedclust_hello"
 STEP = "query.skfedclust_step"
-OUTPUT = "query.skfedclust_output"
 FINISH = "query.skfedclust_finish"
 
 #: Names of the records inside a message's RecordDict.
@@ -87,7 +85,7 @@ def resolve_step(name, allowed_modules=DEFAULT_ALLOWED_MODULES):
     """The client step called ``name`` (``module:qualname``), if the node allows it.
 
     Only module-level functions of the allowed packages whose first parameters
-    are ``data, inbox, state, seed`` are client steps; anything else (a
+    are ``data, inbox, state, party`` are client steps; anything else (a
     builtin, a class, a function of another package) is refused.
     """
     module, sep, qualname = str(name).partition(":")
@@ -110,10 +108,10 @@ def resolve_step(name, allowed_modules=DEFAULT_ALLOWED_MODULES):
     if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
         raise PermissionError(f"{name!r} is not a function of the allowed packages")
     params = list(inspect.signature(obj).parameters)[:4]
-    if params != ["data", "inbox", "state", "seed"]:
+    if params != ["data", "inbox", "state", "party"]:
         raise PermissionError(
             f"{name!r} is not a client step: its parameters start with {params}, not "
-            "(data, inbox, state, seed)"
+            "(data, inbox, state, party)"
         )
     return obj
 

@@ -251,7 +251,7 @@ def add_gaussian_noise(X, scale, *, random_state=None):
         The release.
     scale : float
         Noise standard deviation (>= 0; 0 returns an unperturbed copy).
-    random_state : int, RandomState instance or None, default=None
+    random_state : int, RandomState instance, numpy.random.Generator or None, default=None
         Source of the noise.
 
     Returns
@@ -270,7 +270,12 @@ def add_gaussian_noise(X, scale, *, random_state=None):
     scale = _check_positive(scale, "scale", allow_zero=True)
     X = np.array(X, dtype=np.float64)
     if scale > 0:
-        X += check_random_state(random_state).normal(0.0, scale, size=X.shape)
+        rng = (
+            random_state
+            if isinstance(random_state, np.random.Generator)
+            else check_random_state(random_state)
+        )
+        X += rng.normal(0.0, scale, size=X.shape)
     return X
 
 

@@ -441,15 +441,15 @@ TAG_DISTANCES = "encoded distances"
 # --------------------------------------------------------------------------- #
 # Joining: every party takes its index
 # --------------------------------------------------------------------------- #
-def lcc_join_step(data, inbox, state, seed, *, party):
-    """Client step (no message): the party takes its public index ``party``.
+def lcc_join_step(data, inbox, state, party):
+    """Client step (no message): the party keeps its public index.
 
     A data client also keeps the largest ``|x|`` of its rows. It stands for
     the public bound on ``|x|`` that the parties agree before the protocol
     (e.g. 1 after per-row normalisation), which sets the fixed-point scale of
     the masked sums; the simulation reads it off the rows (:func:`lcc_join`).
     """
-    keep = {"party": int(party)}
+    keep = {"party": party.index}
     if data is not None:
         keep["bound |x|"] = _data_bounds([data])[0]
     return Reply(keep=keep)
@@ -464,17 +464,13 @@ def lcc_join(runtime):
         The public bound on ``|x|`` (the simulation's stand-in: the largest
         value the clients kept).
     """
-    for party in range(runtime.n_parties):
-        runtime.run(lcc_join_step, tag="join", clients=[party], party=party)
+    runtime.run(lcc_join_step, tag="join", clients=range(runtime.n_parties))
     return max(runtime.client_outputs("bound |x|"))
 
 
 # --------------------------------------------------------------------------- #
 # Common offset: the global mean by secure aggregation
 # --------------------------------------------------------------------------- #
-#: Stream of a client's seed that draws its aggregation masks (the LCC noise
-#: uses the seed itself), so adding the offset round leaves the shares unchanged.
-_MASK_STREAM = 1
 
 
 class CommonOffset(NamedTuple):
@@ -510,11 +506,13 @@ def fixed_point_column_sums(X, shift):
     return scaled.sum(axis=0, dtype=np.int64)
 
 
-def pairwise_masks(seed, client, n_clients, n_features):
-    """One uniform mask in Z_{2**64} for every client after ``client``."""
-    rng = np.random.default_rng([int(seed), _MASK_STREAM])
-    # numpy's PCG64 is not a cryptographic generator: fine for a simulation,
-    # a deployment derives the masks from pairwise agreed keys with a CSPRNG.
+def pairwise_masks(rng, client, n_clients, n_features):
+    """One uniform mask in Z_{2**64} for every client after ``client``, from ``rng``.
+
+    ``rng`` is the client's private generator (:attr:`Party.rng
+    <skfedclust.federation.Party.rng>`): the server cannot replay it.
+    """
+    rng = np.random.default_rng(rng)
     return {
         j: rng.integers(0, 2**64, size=n_features, dtype=np.uint64, endpoint=False)
         for j in range(client + 1, n_clients)
@@ -534,17 +532,17 @@ def masked_upload(sums, sent, received):
     return total
 
 
-def offset_mask_step(data, inbox, state, seed, *, n_clients, n_features):
+def offset_mask_step(data, inbox, state, party, *, n_clients, n_features):
     """Set-up client step: a uniform mask in Z_{2**64} to every later client (peer messages).
 
     The masks do not depend on the data: they are the pairwise randomness the
     secure aggregation needs before anyone uploads.
     """
-    masks = pairwise_masks(seed, state["party"], n_clients, n_features)
+    masks = pairwise_masks(party.rng, party.index, n_clients, n_features)
     return Reply(to_peers=masks, keep={"masks sent": masks})
 
 
-def offset_sum_step(data, inbox, state, seed, *, shift):
+def offset_sum_step(data, inbox, state, party, *, shift):
     """Client step: upload the fixed-point column sums, masked (:func:`masked_upload`)."""
     received = inbox.get(TAG_MASK, {})
     sums = fixed_point_column_sums(data, shift)
@@ -559,7 +557,7 @@ def offset_server_step(uploads, *, n_samples, shift):
     return np.ldexp(total.view(np.int64).astype(np.float64) / max(n_samples, 1), shift)
 
 
-def offset_bounds_step(data, inbox, state, seed):
+def offset_bounds_step(data, inbox, state, party):
     """Client step (no message): keep the offset, and the bounds of the rows around it.
 
     ``max |x - offset|`` and ``max ||x - offset||`` stand for the public
@@ -678,8 +676,8 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     ----------
     residues : ndarray of int64 of shape (n_rows, l * w)
         The client's quantized rows in ``[0, p)``.
-    seed : int
-        The client's private seed; the ``t`` noise segments of every row are
+    seed : int or numpy.random.Generator
+        The client's private generator (or a seed for one); the ``t`` noise segments of every row are
         drawn fresh and uniform on ``F_p`` from it.
     encoding : ndarray of shape (l + t, m)
         The public encoding matrix (:func:`encoding_matrix`).
@@ -697,8 +695,6 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     width = residues.shape[1] // n_segments
     n_noise = encoding.shape[0] - n_segments
     rng = np.random.default_rng(seed)
-    # numpy's PCG64 is not a cryptographic generator: fine for a simulation,
-    # a deployment must draw the noise from a CSPRNG.
     noise = rng.integers(0, p, size=(n_noise, n_rows, width), dtype=np.int64)
     segments = [residues[:, o * width : (o + 1) * width] for o in range(n_segments)]
     segments += list(noise)
@@ -713,15 +709,15 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     return shares
 
 
-def lcc_share_step(data, inbox, state, seed, *, precision, encoding, n_segments, p):
+def lcc_share_step(data, inbox, state, party, *, precision, encoding, n_segments, p):
     """Client step: quantize the own rows around the offset, send every party its shares.
 
     The share for party ``j`` goes to it as a peer message; the client's own
     share (it is a party too) stays with it.
     """
     residues = quantize(data, precision, p, n_segments, state["offset"])
-    shares = lcc_encode(residues, seed, encoding=encoding, n_segments=n_segments, p=p)
-    me = state["party"]
+    shares = lcc_encode(residues, party.rng, encoding=encoding, n_segments=n_segments, p=p)
+    me = party.index
     others = {j: shares[j] for j in range(shares.shape[0]) if j != me}
     # a copy, so that the other parties' shares are not kept alive through it
     return Reply(to_peers=others, keep={"own share": shares[me].copy()})
@@ -873,7 +869,7 @@ class EncodedDistances:
         self._right.release()
 
 
-def lcc_party_step(data, inbox, state, seed, *, row_numbers, n_samples, plan):
+def lcc_party_step(data, inbox, state, party, *, row_numbers, n_samples, plan):
     """Party step: assemble the encoded rows of every sample, upload their distances mod p.
 
     Data clients and data-less parties alike: the party stacks the shares it

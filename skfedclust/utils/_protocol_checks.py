@@ -17,8 +17,7 @@ import contextlib
 
 import numpy as np
 
-from .. import _base
-from ..federation import InProcessRuntime, Received
+from ..federation import InProcessRuntime, Received, use_runtime
 
 __all__ = ["RecordingRuntime", "check_protocol", "recording_runtime"]
 
@@ -48,12 +47,8 @@ class RecordingRuntime(InProcessRuntime):
 def recording_runtime():
     """Run estimators on a :class:`RecordingRuntime`; yield the list of runtimes used."""
     RecordingRuntime.instances = []
-    original = _base.InProcessRuntime
-    _base.InProcessRuntime = RecordingRuntime
-    try:
+    with use_runtime(RecordingRuntime):
         yield RecordingRuntime.instances
-    finally:
-        _base.InProcessRuntime = original
 
 
 def _arrays(obj):
@@ -93,8 +88,8 @@ def check_protocol(
     * every server step received only :class:`Received` messages of the run
       (the runtime refuses anything else) and that no public constant passed
       to a server step is a client's private array;
-    * the private state each client kept under ``private_keys`` (its labels by
-      default) never appears in any message it sent;
+    * what each client kept or declared as output under ``private_keys`` (its
+      labels by default) never appears in any message it sent;
     * ``communication_`` equals the ledger's report, and ``rounds``,
       ``bytes_up``, ``bytes_down`` and ``bytes_peer`` equal the given values
       (each may be a callable of the runtime, for a documented formula).
@@ -108,7 +103,7 @@ def check_protocol(
         estimator.fit(X, y, **fit_params)
     assert runtimes, f"{type(estimator).__name__} did not run on the protocol runtime"
     runtime = runtimes[-1]
-    states = runtime.private_states()
+    states = runtime.private_states() + runtime.party_outputs()
     private = [
         value
         for state in states

@@ -9,63 +9,24 @@ has: ``labels_``, ``n_clients_``, ``client_sizes_`` and ``communication_``.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import numbers
-import sys
-
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .clusterers import nearest_center
-from .federation import InProcessRuntime, build_federation, logger
-from .federation._inputs import check_client_array, input_form
-from .partition import IIDPartition
+from ..clusterers import nearest_center
+from ..federation import (
+    DEFAULT_N_CLIENTS,
+    FEDERATED_PARAMETER_CONSTRAINTS,
+    build_federation,
+    current_runtime_factory,
+    private_entropy,
+    progress,
+)
+from ..federation._inputs import check_client_array, input_form
+from ..partition import IIDPartition
 
 __all__ = ["BaseFederatedClustering", "CentroidPredictMixin", "input_form"]
-
-#: Number of IID clients simulated when ``partition=None`` and the input is pooled.
-DEFAULT_N_CLIENTS = 2
-
-
-@contextlib.contextmanager
-def progress(verbose):
-    """Raise the package logger to INFO (``verbose=1``) or DEBUG (``>= 2``) and print it.
-
-    Progress goes through the ``skfedclust`` logger; an application that
-    configures logging itself sees it at its own levels. ``verbose`` adds a
-    handler writing to standard output for the duration of the call.
-    """
-    if not verbose:
-        yield
-        return
-    level = logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    previous = logger.level
-    logger.setLevel(level)
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous)
-
-
-#: Parameter constraints every estimator that takes the federated input forms shares.
-FEDERATED_PARAMETER_CONSTRAINTS: dict = {
-    "partition": [
-        None,
-        Interval(numbers.Integral, 1, None, closed="left"),
-        HasMethods("split"),
-    ],
-    "n_jobs": [None, numbers.Integral],
-    "random_state": ["random_state"],
-    "verbose": ["verbose"],
-}
 
 
 class BaseFederatedClustering(ClusterMixin, BaseEstimator):
@@ -73,10 +34,11 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
 
     Subclasses implement ``_run_protocol(runtime, random_state)``: the method's
     protocol written against a :class:`~skfedclust.federation.Runtime`, which
-    runs every client step and carries every message, and which returns the
-    labels of the input rows (or ``None`` when the clients keep them, on a
-    deployed federation). ``fit`` turns any input form into a federation,
-    draws one seed per client and calls it. See the user guide's "Writing a
+    runs every client step and carries every message. Its client steps declare
+    each party's labels as the output ``"labels"``; ``fit`` turns any input
+    form into a federation, draws one public seed per client, calls the
+    protocol and takes ``labels_`` from :meth:`Runtime.hand_back
+    <skfedclust.federation.Runtime.hand_back>`. See the user guide's "Writing a
     method" page.
     """
 
@@ -111,11 +73,12 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
         random_state = check_random_state(self.random_state)
         federation = build_federation(self, X, y, client_ids, random_state)
         with progress(self.verbose):
-            runtime = InProcessRuntime(
+            runtime = current_runtime_factory()(
                 federation,
                 n_parties=self._n_parties(federation),
                 n_jobs=self.n_jobs,
                 name=type(self).__name__,
+                private_entropy=private_entropy(random_state),
             )
             runtime.stage(
                 f"federation of {federation.n_clients} clients, "
@@ -129,9 +92,10 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
 
         Any runtime works (in-process, Flower). ``labels_`` is set when the
         runtime hands the clients' labels back (a simulation); on a deployed
-        federation they stay on the clients.
+        federation they stay on the clients, each node writing its own.
         """
-        labels = self._run_protocol(runtime, random_state)
+        self._run_protocol(runtime, random_state)
+        labels = runtime.hand_back("labels")
         if labels is not None:
             self.labels_ = np.asarray(labels)
         self.n_clients_ = runtime.n_clients

@@ -16,21 +16,21 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..clusterers import local_kmeans, squared_distances
+from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._steps import label_by_nearest_center
-from .clusterers import local_kmeans, squared_distances
-from .federation import Reply
+from ._centroid_steps import label_by_nearest_center
 
 __all__ = ["MAvg", "matched_average"]
 
 
 # ---------------------------------------------------------------- client side
-def mavg_local_centers(data, inbox, state, seed, *, n_clusters, init, n_init, max_iter, tol):
+def mavg_local_centers(data, inbox, state, party, *, n_clusters, init, n_init, max_iter, tol):
     """Client step: k-means on the client's own rows; send the centers.
 
     Clusters left empty (a client with fewer distinct rows than
     ``n_clusters``) are dropped, so such a client sends fewer centers. The
-    number of Lloyd iterations stays on the client.
+    number of local Lloyd iterations rides along (one int64).
     """
     local = local_kmeans(
         data,
@@ -39,10 +39,10 @@ def mavg_local_centers(data, inbox, state, seed, *, n_clusters, init, n_init, ma
         n_init=n_init,
         max_iter=max_iter,
         tol=tol,
-        seed=seed,
+        seed=party.seed,
         drop_empty=True,
     )
-    return Reply(send=local.centers, keep={"n_iter": local.n_iter})
+    return Reply(send=(local.centers, np.int64(local.n_iter)))
 
 
 # ---------------------------------------------------------------- server side
@@ -102,7 +102,8 @@ def matched_average(local_centers, reference, *, n_refine=0):
 
 def mavg_server_step(uploads, *, reference, n_refine):
     """Server step on the received centers: :func:`matched_average`."""
-    return matched_average([np.asarray(c) for c in uploads.list()], reference, n_refine=n_refine)
+    local = [np.asarray(c) for c, _ in uploads.list()]
+    return matched_average(local, reference, n_refine=n_refine)
 
 
 # ---------------------------------------------------------------- estimator
@@ -248,7 +249,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
             tol=self.tol,
         )
         runtime.stage("server step: Hungarian matching to the reference client, slot means")
-        local = [np.asarray(c) for c in uploads.list()]
+        local = [np.asarray(c) for c, _ in uploads.list()]
         reference = self._pick_reference(np.array([len(c) for c in local]), random_state)
         centers = runtime.server(
             mavg_server_step, uploads, reference=reference, n_refine=self.n_refine
@@ -267,5 +268,4 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
         self.n_clusters_ = len(centers)
         self.local_centers_ = local
         self.reference_client_ = reference
-        self.n_iter_ = max(runtime.client_outputs("n_iter"))
-        return runtime.gather_rows("labels")
+        self.n_iter_ = int(max(n_iter for _, n_iter in uploads.list()))

@@ -7,31 +7,33 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..clusterers import awasthi_sheffet_kmeans, center_means, local_kmeans, nearest_center
+from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._steps import label_by_nearest_center
-from .clusterers import awasthi_sheffet_kmeans, center_means, local_kmeans, nearest_center
-from .federation import Reply
+from ._centroid_steps import label_by_nearest_center
 
 __all__ = ["KFed"]
 
 
 # ---------------------------------------------------------------- client side
 def kfed_local_centers(
-    data, inbox, state, seed, *, n_clusters, solver, n_init, max_iter, send_sizes
+    data, inbox, state, party, *, n_clusters, solver, n_init, max_iter, send_sizes
 ):
     """Client step: k-means on the client's own rows; send the centers.
 
     A client holding fewer rows than ``n_clusters`` uses one cluster per row.
     The local cluster sizes are sent only when the server weights by them
-    (``send_sizes``); the number of Lloyd iterations stays on the client.
+    (``send_sizes``). The number of local Lloyd iterations rides along (one
+    int64), for the estimator's ``n_iter_``.
     """
     k = min(n_clusters, data.shape[0])
     if solver == "awasthi-sheffet":
-        local = awasthi_sheffet_kmeans(data, k, max_iter=max_iter, seed=seed)
+        local = awasthi_sheffet_kmeans(data, k, max_iter=max_iter, seed=party.seed)
     else:
-        local = local_kmeans(data, k, n_init=n_init, max_iter=max_iter, seed=seed)
-    send = (local.centers, local.sizes) if send_sizes else local.centers
-    return Reply(send=send, keep={"n_iter": local.n_iter})
+        local = local_kmeans(data, k, n_init=n_init, max_iter=max_iter, seed=party.seed)
+    n_iter = np.int64(local.n_iter)
+    send = (local.centers, local.sizes, n_iter) if send_sizes else (local.centers, n_iter)
+    return Reply(send=send)
 
 
 # ---------------------------------------------------------------- server side
@@ -77,10 +79,8 @@ def kfed_server_aggregate(
 def kfed_server_step(uploads, *, n_clusters, seed_client, n_lloyd_steps, weighted, max_iter):
     """Server step on the received uploads: centers, and sizes when they were sent."""
     payloads = uploads.list()
-    if weighted:
-        local_centers, local_sizes = [p[0] for p in payloads], [p[1] for p in payloads]
-    else:
-        local_centers, local_sizes = payloads, None
+    local_centers = [p[0] for p in payloads]
+    local_sizes = [p[1] for p in payloads] if weighted else None
     return kfed_server_aggregate(
         local_centers,
         local_sizes,
@@ -283,6 +283,5 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
         runtime.broadcast(self.cluster_centers_, tag="global centers")
         runtime.stage("client step: nearest-center labels")
         runtime.run(label_by_nearest_center, tag="labels")
-        self.local_centers_ = [p[0] if self.weighted else p for p in uploads.list()]
-        self.n_iter_ = max(runtime.client_outputs("n_iter"))
-        return runtime.gather_rows("labels")
+        self.local_centers_ = [p[0] for p in uploads.list()]
+        self.n_iter_ = int(max(p[-1] for p in uploads.list()))

@@ -30,9 +30,9 @@ from sklearn.utils._param_validation import HasMethods, Interval, RealNotInt, St
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from ..clusterers import nearest_center
+from ..federation import Reply
 from ._base import BaseFederatedClustering
-from .clusterers import nearest_center
-from .federation import Reply
 
 __all__ = ["DCClustering"]
 
@@ -117,7 +117,7 @@ def dc_lattice(row_groups, columns, client_sizes, n_features):
 
 
 # ------------------------------------------------------------------ users
-def dc_party_join(data, inbox, state, seed, *, columns, n_components, analyst_offset):
+def dc_party_join(data, inbox, state, party, *, columns, n_components, analyst_offset):
     """Client step (no message): the party takes its place in the public lattice.
 
     It keeps the global indices of its features, its intermediate dimension
@@ -137,7 +137,7 @@ def _feature_range(data):
     return data.min(axis=0), data.max(axis=0)
 
 
-def dc_party_feature_range(data, inbox, state, seed, *, coordinator):
+def dc_party_feature_range(data, inbox, state, party, *, coordinator):
     """Set-up client step (users only): send the coordinator the party's feature ranges.
 
     The per-feature minima and maxima of the party's block go to the
@@ -182,7 +182,7 @@ def dc_coordinator_anchor_recipe(
     data,
     inbox,
     state,
-    seed,
+    party,
     *,
     coordinator,
     block_of_party,
@@ -210,7 +210,9 @@ def dc_coordinator_anchor_recipe(
     return Reply(to_peers=others, keep={TAG_SLICE: own})
 
 
-def dc_coordinator_anchor_slices(data, inbox, state, seed, *, coordinator, anchors, block_of_party):
+def dc_coordinator_anchor_slices(
+    data, inbox, state, party, *, coordinator, anchors, block_of_party
+):
     """Set-up client step of the coordinating user: given anchors, one slice per party.
 
     The user-supplied anchors are known to the users only; each party gets
@@ -243,14 +245,14 @@ def make_intermediate_map(intermediate, n_components, seed):
     return f
 
 
-def dc_party_intermediate(data, inbox, state, seed, *, intermediate, n_anchors):
+def dc_party_intermediate(data, inbox, state, party, *, intermediate, n_anchors):
     """Client step: fit the private f on local data, reduce the data and the anchors.
 
     Sends ``(X_tilde, anchor_tilde)`` to the analyst (the only upload of the
     protocol); f and the anchor columns stay with the party.
     """
     anchor_block = _anchor_slice(inbox, state, n_anchors)
-    f = make_intermediate_map(intermediate, state["n_components"], seed)
+    f = make_intermediate_map(intermediate, state["n_components"], party.seed)
     X_tilde = np.asarray(f.fit_transform(data), dtype=np.float64)
     if isinstance(intermediate, str):
         anchor_tilde = _scaled_pca_transform(f, anchor_block)
@@ -271,7 +273,7 @@ def _scaled_pca_transform(f, X):
     return X @ weights - offset
 
 
-def dc_party_labels(data, inbox, state, seed):
+def dc_party_labels(data, inbox, state, party):
     """Client step: label the party's samples by the nearest downloaded centroid.
 
     Nothing is sent. Besides its labels the party keeps where its rows sit in

@@ -24,12 +24,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
-from ._base import BaseFederatedClustering
-from ._omnifc_clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
-from .federation import Reply, logger
-from .partition import IIDPartition
-from .secure._field import DEFAULT_PRIME
-from .secure._lcc import (
+from ..clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
+from ..clusterers._memory import check_dense_memory
+from ..federation import Reply, logger
+from ..partition import IIDPartition
+from ..secure._field import DEFAULT_PRIME
+from ..secure._lcc import (
     EncodedDistances,
     EncodedRows,
     LCCSetup,
@@ -45,7 +45,7 @@ from .secure._lcc import (
     quantize,
     server_decoding_weights,
 )
-from .utils._memory import check_dense_memory
+from ._base import BaseFederatedClustering
 
 __all__ = ["OmniFCClustering"]
 
@@ -460,7 +460,7 @@ def custom_input_kind(est):
 # --------------------------------------------------------------------------- #
 # The protocol steps of OmniFC around the LCC distance round
 # --------------------------------------------------------------------------- #
-def omnifc_row_position_step(data, inbox, state, seed, *, first_rows):
+def omnifc_row_position_step(data, inbox, state, party, *, first_rows):
     """Client step (no message): the client-major position of each of its rows."""
     start = first_rows[state["party"]]
     return Reply(keep={"row position": np.arange(start, start + data.shape[0])})
@@ -520,7 +520,7 @@ def omnifc_server_step(
     return D, est, np.asarray(labels)
 
 
-def omnifc_keep_labels(data, inbox, state, seed):
+def omnifc_keep_labels(data, inbox, state, party):
     """Client step (no message): keep the labels of its rows the server sent."""
     return Reply(keep={"labels": inbox["labels"]})
 
@@ -682,7 +682,7 @@ class OmniFCClustering(BaseFederatedClustering):
     and DBSCAN and the linkages keep such rows together on their own.
 
     Every dense ``n x n`` allocation is checked against the available memory
-    first (:func:`~skfedclust.utils._memory.check_dense_memory`): a too large
+    first (:func:`~skfedclust.clusterers._memory.check_dense_memory`): a too large
     ``n`` raises a :class:`MemoryError` (also a :class:`ValueError`) that
     says how much is needed. The default spectral clusterer holds about 1.5
     copies of ``D`` at its peak.

@@ -36,13 +36,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..clusterers import center_means, local_kmeans, nearest_center
+from ..clusterers._cpl import fine_grained_cpl, multi_granular_cpl
+from ..clusterers._remc import remc
+from ..federation import Reply
+from ..partition import IIDPartition
+from ..preprocessing import client_moments, combine_moments
 from ._base import BaseFederatedClustering
-from .clusterers import center_means, local_kmeans, nearest_center
-from .clusterers._cpl import fine_grained_cpl, multi_granular_cpl
-from .clusterers._remc import remc
-from .federation import Reply
-from .partition import IIDPartition
-from .preprocessing import client_moments, combine_moments
 
 __all__ = ["GOLDClustering", "GOLDServerResult", "gold_server_cluster"]
 
@@ -52,7 +52,7 @@ DEFAULT_N_CLIENTS = 8
 
 # ---------------------------------------------------------------- client side
 def gold_micro_clusters(
-    data, inbox, state, seed, *, local_init, learning_rate, max_iter, min_cluster_size
+    data, inbox, state, party, *, local_init, learning_rate, max_iter, min_cluster_size
 ):
     """Client step: FCPL on the client's rows; send the micro-centroids (spec 2.3-2.4).
 
@@ -70,18 +70,18 @@ def gold_micro_clusters(
         learning_rate=learning_rate,
         max_iter=max_iter,
         min_cluster_size=min_cluster_size,
-        random_state=seed,
+        random_state=party.seed,
     )
     keep = {
         "micro_labels": res.labels,
         "micro_sizes": res.sizes,
         "feature_weights": res.feature_weights,
-        "n_iter": res.n_iter,
     }
-    return Reply(send=res.centers, keep=keep)
+    # The number of CPL passes rides along (one int64), for ``n_iter_``.
+    return Reply(send=(res.centers, np.int64(res.n_iter)), keep=keep)
 
 
-def gold_inherit_labels(data, inbox, state, seed):
+def gold_inherit_labels(data, inbox, state, party):
     """Client step: every row takes the global label of its micro-cluster (spec 2.8).
 
     ``y_ij = g_i[l_ij]``: ``g_i`` is the server's global label of each of the
@@ -89,7 +89,7 @@ def gold_inherit_labels(data, inbox, state, seed):
     sent.
     """
     global_labels = np.asarray(inbox["micro-cluster labels"])
-    return Reply(keep={"labels": global_labels[state["micro_labels"]]})
+    return Reply(output={"labels": global_labels[state["micro_labels"]]})
 
 
 # ---------------------------------------------------------------- server side
@@ -250,7 +250,7 @@ def gold_server_step(uploads, **params):
     client_labels : list of ndarray
         The global labels of each client's micro-clusters, in client order.
     """
-    local = [np.asarray(c) for c in uploads.list()]
+    local = [np.asarray(c) for c, _ in uploads.list()]
     result = gold_server_cluster(np.vstack(local), **params)
     bounds = np.cumsum([0] + [len(c) for c in local])
     client_labels = [result.labels[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -531,7 +531,7 @@ class GOLDClustering(BaseFederatedClustering):
         runtime.stage("client step: every row inherits its micro-cluster's label")
         runtime.run(gold_inherit_labels, tag="labels")
 
-        local = [np.asarray(c) for c in uploads.list()]
+        local = [np.asarray(c) for c, _ in uploads.list()]
         self.mean_, self.scale_ = mean, scale
         self._centers_fitted = result.centers
         self.cluster_centers_ = self._to_input_units(result.centers)
@@ -542,9 +542,7 @@ class GOLDClustering(BaseFederatedClustering):
         self.server_labels_ = result.labels
         self.remc_weights_ = result.remc_weights
         self.n_attempts_ = result.n_attempts
-        # A local diagnostic each client keeps (the simulation hands it back).
-        self.n_iter_ = max(runtime.client_outputs("n_iter"))
-        return runtime.gather_rows("labels")
+        self.n_iter_ = int(max(n_iter for _, n_iter in uploads.list()))
 
     def _to_input_units(self, Z):
         if self.mean_ is None:

@@ -26,10 +26,10 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
+from ..clusterers import local_kmeans as _local_kmeans
+from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._steps import label_by_nearest_center, lloyd_statistics
-from .clusterers import local_kmeans as _local_kmeans
-from .federation import Reply
+from ._centroid_steps import label_by_nearest_center, lloyd_statistics
 
 __all__ = [
     "FeCA",
@@ -376,7 +376,7 @@ def feca_client_step(
     data,
     inbox,
     state,
-    seed,
+    party,
     *,
     n_local_clusters,
     radius,
@@ -391,8 +391,8 @@ def feca_client_step(
     """Client step of FeCA: Algorithm 2, then Algorithm 4 or 3.
 
     Sends the kept centroids and their radii, the only message of the
-    protocol. The removal count and the Lloyd iterations stay on the client
-    (local diagnostics).
+    protocol, with two int64 diagnostics riding along: the number of
+    centroids removed and of local Lloyd iterations.
 
     Parameters
     ----------
@@ -400,8 +400,8 @@ def feca_client_step(
         The client's rows.
     inbox, state : mapping
         Unused: the step needs nothing from the server or from earlier steps.
-    seed : int
-        The client's seed, for its local k-means.
+    party : Party
+        The client; its public seed starts the local k-means.
     n_local_clusters : int
         Clusters of the local k-means (``k'``).
     radius : {"empirical", "theoretical"}
@@ -414,10 +414,16 @@ def feca_client_step(
     Returns
     -------
     reply : Reply
-        ``send=(centers, radii)``; keeps ``n_removed`` and ``n_iter``.
+        ``send=(centers, radii, n_removed, n_iter)``.
     """
     centers, clusters, n_iter = local_kmeans(
-        data, n_local_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol, seed=seed
+        data,
+        n_local_clusters,
+        init=init,
+        n_init=n_init,
+        max_iter=max_iter,
+        tol=tol,
+        seed=party.seed,
     )
     n_removed = 0
     if eliminate:
@@ -425,7 +431,7 @@ def feca_client_step(
             centers, clusters, spread=spread, merge_on_confirm=merge_on_confirm
         )
     radii = _RADIUS_RULES[radius](centers, clusters)
-    return Reply(send=(centers, radii), keep={"n_removed": n_removed, "n_iter": n_iter})
+    return Reply(send=(centers, radii, np.int64(n_removed), np.int64(n_iter)))
 
 
 def feca_server_step(uploads, *, n_clusters):
@@ -447,8 +453,8 @@ def feca_server_step(uploads, *, n_clusters):
     """
     payloads = uploads.list()
     return feca_server_aggregate(
-        np.vstack([centers for centers, _ in payloads]),
-        np.concatenate([radii for _, radii in payloads]),
+        np.vstack([p[0] for p in payloads]),
+        np.concatenate([p[1] for p in payloads]),
         n_clusters,
     )
 
@@ -457,7 +463,7 @@ def lloyd_server_update(stats, *, centers):
     """Server step of one federated Lloyd iteration; empty centers stay where they are.
 
     The clients' sums are relative to ``centers[0]`` (see
-    :func:`~skfedclust._steps.lloyd_statistics`), so the mean of a center's rows
+    :func:`~skfedclust.methods._centroid_steps.lloyd_statistics`), so the mean of a center's rows
     is ``centers[0] + sum / count``.
 
     Parameters
@@ -718,11 +724,10 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         runtime.run(label_by_nearest_center, tag="labels", centers_tag=centers_tag)
         self.cluster_centers_ = centers
         self.n_clusters_ = len(centers)
-        # What the clients sent (the server saw it); the removal counts and
-        # iterations are each client's own diagnostics.
-        self.local_centers_ = [c for c, _ in uploads.list()]
-        self.radii_ = [r for _, r in uploads.list()]
-        self.n_removed_ = np.array(runtime.client_outputs("n_removed"), dtype=np.intp)
-        self.n_iter_ = max(runtime.client_outputs("n_iter"))
+        # What the clients sent, diagnostics included: the server saw it all.
+        payloads = uploads.list()
+        self.local_centers_ = [p[0] for p in payloads]
+        self.radii_ = [p[1] for p in payloads]
+        self.n_removed_ = np.array([p[2] for p in payloads], dtype=np.intp)
+        self.n_iter_ = int(max(p[3] for p in payloads))
         self.server_groups_ = groups
-        return runtime.gather_rows("labels")

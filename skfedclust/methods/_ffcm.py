@@ -17,10 +17,10 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..clusterers import fuzzy_memberships
+from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._steps import label_by_nearest_center
-from .clusterers import fuzzy_memberships
-from .federation import Reply
+from ._centroid_steps import label_by_nearest_center
 
 # ``fuzzy_memberships`` is re-exported: the package's one membership rule
 # lives in :mod:`skfedclust.clusterers`.
@@ -28,7 +28,7 @@ __all__ = ["FederatedFuzzyCMeans", "fuzzy_memberships"]
 
 
 # ---------------------------------------------------------------- client side
-def ffcm_seed_centers(data, inbox, state, seed, *, n_seeds):
+def ffcm_seed_centers(data, inbox, state, party, *, n_seeds):
     """Client step of a seed client: k-means++ seeding on its own rows; send the seeds.
 
     ``n_seeds`` is the number of seeds asked of this client. The seeds are
@@ -36,11 +36,11 @@ def ffcm_seed_centers(data, inbox, state, seed, *, n_seeds):
     leaves its choices unchanged but keeps its distances exact far from the
     origin.
     """
-    _, indices = kmeans_plusplus(data - data.mean(axis=0), n_seeds, random_state=seed)
+    _, indices = kmeans_plusplus(data - data.mean(axis=0), n_seeds, random_state=party.seed)
     return Reply(send=data[indices])
 
 
-def ffcm_client_update(data, inbox, state, seed, *, fuzzifier, n_local_iter):
+def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
     """Client step of one FFCM round: fuzzy c-means iterations from the global centers.
 
     Sends the local centers and the fuzzy mass ``w_j = sum_i u_ij^m`` of each
@@ -312,4 +312,3 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.cluster_centers_ = centers
         self.local_centers_ = [np.asarray(p[0]) for p in uploads.list()]
         self.n_iter_ = self.n_rounds
-        return runtime.gather_rows("labels")

@@ -54,8 +54,8 @@ from scipy.spatial.distance import cdist
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_limits
 
-from .secure._dp import clip_columns
-from .utils._memory import check_dense_memory
+from ..clusterers._memory import check_dense_memory
+from ..secure._dp import clip_columns
 
 __all__ = [
     "ClientUpdate",
@@ -172,7 +172,7 @@ def squared_distances(A, B=None):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import squared_distances
+    >>> from skfedclust.methods._fedsc_core import squared_distances
     >>> squared_distances([[1e9, 0.0]], [[1e9 + 3.0, 4.0]])
     array([[25.]])
     """
@@ -219,7 +219,7 @@ def gaussian_kernel(A, B=None, *, bandwidth):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import gaussian_kernel
+    >>> from skfedclust.methods._fedsc_core import gaussian_kernel
     >>> K = gaussian_kernel([[0.0, 0.0], [3.0, 4.0]], bandwidth=5.0)
     >>> np.round(K, 4)
     array([[1.    , 0.6065],
@@ -273,7 +273,7 @@ def solve_coefficients(X, dictionary, *, bandwidth, lam):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import solve_coefficients
+    >>> from skfedclust.methods._fedsc_core import solve_coefficients
     >>> Z = np.array([[0.0, 0.0], [1.0, 1.0]])
     >>> C = solve_coefficients(Z, Z, bandwidth=1.0, lam=0.0)
     >>> np.allclose(C, np.eye(2))  # every atom is its own best reconstruction
@@ -318,7 +318,7 @@ def client_objective(X, dictionary, coef, *, bandwidth, lam):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import client_objective
+    >>> from skfedclust.methods._fedsc_core import client_objective
     >>> Z = np.array([[0.0, 0.0], [5.0, 5.0]])
     >>> client_objective(Z, Z, np.eye(2), bandwidth=1.0, lam=0.0) < 1e-12  # exact fit
     True
@@ -368,7 +368,7 @@ def dictionary_gradient(X, dictionary, coef, *, bandwidth):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import dictionary_gradient
+    >>> from skfedclust.methods._fedsc_core import dictionary_gradient
     >>> X = np.array([[0.0, 0.0], [2.0, 0.0]])
     >>> # An atom that sits on one sample and reconstructs only it is stationary.
     >>> g = dictionary_gradient(X, X[:1], np.array([[1.0, 0.0]]), bandwidth=1.0)
@@ -450,7 +450,7 @@ def preconditioned_dictionary_step(X, dictionary, coef, *, bandwidth):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import preconditioned_dictionary_step, solve_coefficients
+    >>> from skfedclust.methods._fedsc_core import preconditioned_dictionary_step, solve_coefficients
     >>> X = np.array([[0.0, 0.0], [0.2, 0.0], [3.0, 3.0], [3.2, 3.0]])
     >>> Z = np.array([[0.5, 0.5], [2.5, 2.5]])
     >>> C = solve_coefficients(X, Z, bandwidth=1.0, lam=0.01)
@@ -512,7 +512,7 @@ def gradient_dictionary_step(X, dictionary, coef, *, bandwidth, learning_rate="a
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import (
+    >>> from skfedclust.methods._fedsc_core import (
     ...     client_objective, gradient_dictionary_step, solve_coefficients)
     >>> rng = np.random.default_rng(0)
     >>> X, Z = rng.normal(size=(20, 2)), rng.normal(size=(3, 2))
@@ -614,7 +614,7 @@ def client_update(
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import client_update
+    >>> from skfedclust.methods._fedsc_core import client_update
     >>> rng = np.random.default_rng(0)
     >>> X, Z = rng.normal(size=(30, 2)), rng.normal(size=(4, 2))
     >>> first = client_update(X, Z, bandwidth=1.0, lam=0.01)
@@ -696,7 +696,7 @@ def initial_dictionaries(
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import initial_dictionaries
+    >>> from skfedclust.methods._fedsc_core import initial_dictionaries
     >>> initial_dictionaries(8, 3, 2, center=[10.0, 0.0], random_state=0).shape
     (8, 3, 2)
     """
@@ -735,7 +735,7 @@ def aggregate_dictionaries(dictionaries, *, sample_counts=None):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import aggregate_dictionaries
+    >>> from skfedclust.methods._fedsc_core import aggregate_dictionaries
     >>> uploads = [np.zeros((1, 2)), np.ones((1, 2))]
     >>> aggregate_dictionaries(uploads)
     array([[0.5, 0.5]])
@@ -767,7 +767,7 @@ def feature_sums(X):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import feature_sums
+    >>> from skfedclust.methods._fedsc_core import feature_sums
     >>> feature_sums([[1.0, 2.0], [3.0, 4.0]])
     (array([4., 6.]), 2)
     """
@@ -789,7 +789,7 @@ def combine_feature_sums(statistics):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import combine_feature_sums
+    >>> from skfedclust.methods._fedsc_core import combine_feature_sums
     >>> combine_feature_sums([(np.array([4.0, 6.0]), 2), (np.array([0.0, 0.0]), 2)])
     array([1. , 1.5])
     """
@@ -833,7 +833,7 @@ def mean_pairwise_distance(X, *, max_samples=MAX_SAMPLES, random_state=None):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import mean_pairwise_distance
+    >>> from skfedclust.methods._fedsc_core import mean_pairwise_distance
     >>> mean_pairwise_distance([[0.0, 0.0], [3.0, 4.0]])  # (0 + 5 + 5 + 0) / 4
     2.5
     """
@@ -865,7 +865,7 @@ def pooled_bandwidth(X, *, scale=1.0, max_samples=MAX_SAMPLES, random_state=None
     Examples
     --------
     >>> from sklearn.datasets import load_iris
-    >>> from skfedclust._fedsc_core import pooled_bandwidth
+    >>> from skfedclust.methods._fedsc_core import pooled_bandwidth
     >>> round(pooled_bandwidth(load_iris().data), 4)
     2.5277
     """
@@ -895,7 +895,7 @@ def pair_distance_statistic(X, *, max_samples=MAX_SAMPLES, random_state=None):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import pair_distance_statistic
+    >>> from skfedclust.methods._fedsc_core import pair_distance_statistic
     >>> pair_distance_statistic([[0.0, 0.0], [3.0, 4.0]])
     (5.0, 2)
     """
@@ -935,7 +935,7 @@ def pooled_pair_bandwidth(statistics, *, n_samples, scale=1.0):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import pooled_pair_bandwidth
+    >>> from skfedclust.methods._fedsc_core import pooled_pair_bandwidth
     >>> pooled_pair_bandwidth([(2.0, 2), (3.0, 6)], n_samples=5)
     2.2
     """
@@ -972,7 +972,7 @@ def federated_bandwidth(statistics, *, scale=1.0):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import federated_bandwidth
+    >>> from skfedclust.methods._fedsc_core import federated_bandwidth
     >>> federated_bandwidth([2.0, 3.0])
     2.5
     """
@@ -1008,7 +1008,7 @@ def energy_rank(eigenvalues, tol=0.99):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import energy_rank
+    >>> from skfedclust.methods._fedsc_core import energy_rank
     >>> energy_rank([5.0, 3.0, 1.5, 0.5], tol=0.8)
     2
     """
@@ -1047,7 +1047,7 @@ def n_components_auto(X, *, bandwidth, tol=0.99, max_samples=MAX_SAMPLES, random
     Examples
     --------
     >>> from sklearn.datasets import load_iris
-    >>> from skfedclust._fedsc_core import n_components_auto, pooled_bandwidth
+    >>> from skfedclust.methods._fedsc_core import n_components_auto, pooled_bandwidth
     >>> X = load_iris().data
     >>> n_components_auto(X, bandwidth=pooled_bandwidth(X))
     7
@@ -1125,7 +1125,7 @@ def combine_n_components(counts):
 
     Examples
     --------
-    >>> from skfedclust._fedsc_core import combine_n_components
+    >>> from skfedclust.methods._fedsc_core import combine_n_components
     >>> combine_n_components([4, 6, 5])
     6
     """
@@ -1168,7 +1168,7 @@ def trilateration_attack(coef, dictionary, *, bandwidth, lam):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust._fedsc_core import solve_coefficients, trilateration_attack
+    >>> from skfedclust.methods._fedsc_core import solve_coefficients, trilateration_attack
     >>> rng = np.random.default_rng(0)
     >>> X, Z = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
     >>> C = solve_coefficients(X, Z, bandwidth=2.0, lam=0.01)

@@ -14,17 +14,17 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils._param_validation import Interval
 
+from ..clusterers import local_kmeans
+from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._steps import label_by_nearest_center
-from .clusterers import local_kmeans
-from .federation import Reply
+from ._centroid_steps import label_by_nearest_center
 
 __all__ = ["KumarFederatedKMeans"]
 
 
 # ---------------------------------------------------------------- client side
 def kumar_local_centroids(
-    data, inbox, state, seed, *, n_clusters, n_init, max_iter, round_seed, send_counts
+    data, inbox, state, party, *, n_clusters, n_init, max_iter, round_seed, send_counts
 ):
     """Client step: local k-means, warm-started from the global centroids after round one.
 
@@ -253,4 +253,3 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
         runtime.run(label_by_nearest_center, tag="labels", centers_tag="global centroids")
         self.cluster_centers_ = centers
         self.n_iter_ = self.n_rounds
-        return runtime.gather_rows("labels")

@@ -9,7 +9,7 @@ and the server clusters the reconstructed kernel ``C^T K(Z, Z) C`` with
 Ng-Jordan-Weiss spectral clustering on its kNN graph (stage II), then sends
 every client the labels of its own samples.
 
-The math lives in :mod:`skfedclust._fedsc_core` (client and server updates),
+The math lives in :mod:`skfedclust.methods._fedsc_core` (client and server updates),
 :mod:`skfedclust.clusterers._njw` (the kNN graph of the factorised kernel and
 NJW) and :mod:`skfedclust.secure` (the calibrated Gaussian mechanism); this
 module is the protocol: client steps, server steps and the estimator.
@@ -25,6 +25,16 @@ from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
+from ..federation import Reply
+from ..partition import IIDPartition
+from ..secure._dp import (
+    add_gaussian_noise,
+    clip_rows,
+    data_noise_scale,
+    factor_noise_scales,
+    relative_noise_scale,
+)
 from ._base import BaseFederatedClustering
 from ._fedsc_core import (
     MAX_SAMPLES,
@@ -40,16 +50,6 @@ from ._fedsc_core import (
     pooled_bandwidth,
     pooled_pair_bandwidth,
     solve_coefficients,
-)
-from .clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
-from .federation import Reply
-from .partition import IIDPartition
-from .secure._dp import (
-    add_gaussian_noise,
-    clip_rows,
-    data_noise_scale,
-    factor_noise_scales,
-    relative_noise_scale,
 )
 
 __all__ = ["FedSpectralClustering"]
@@ -67,29 +67,21 @@ TAG_UPLOAD = "local dictionary"
 TAG_COEF = "coefficients"
 TAG_LABELS = "labels"
 
-# Independent noise streams of a client, one per kind of release.
-_STREAM_DATA, _STREAM_DICTIONARY, _STREAM_COEF = 1, 2, 3
-
-
-def _noise_rng(seed, stream, index=0):
-    # The simulation derives the noise from the client's seed so that a fit is
-    # reproducible; a deployed client draws it from a private source.
-    entropy = np.random.SeedSequence([int(seed), stream, int(index)]).generate_state(4)
-    return np.random.RandomState(entropy)
-
 
 def _client_rows(data, state):
     """The rows a client computes on: its data, or the clipped / perturbed copy it kept."""
     return state["rows"] if "rows" in state else data
 
 
-def _perturb(matrix, noise, seed, stream, index):
+def _perturb(matrix, noise, rng):
     """Client-side noise on a release, before it is sent: ``(noisy, sigma)``.
 
     ``noise`` is ``None`` (no noise), ``("calibrated", clip_norm, sigma)``
     (rows clipped to ``clip_norm`` unless it is None, then ``N(0, sigma**2)``)
     or ``("ratio", alpha)`` (``N(0, (alpha std(matrix))**2)``, the paper's
-    experiments).
+    experiments). The noise comes from ``rng``, the client's private generator
+    (:attr:`Party.rng <skfedclust.federation.Party.rng>`), which the server
+    cannot replay.
     """
     if noise is None:
         return matrix, 0.0
@@ -99,12 +91,11 @@ def _perturb(matrix, noise, seed, stream, index):
             matrix = clip_rows(matrix, noise[1])
     else:
         sigma = relative_noise_scale(matrix, noise[1])
-    rng = _noise_rng(seed, stream, index)
     return add_gaussian_noise(matrix, sigma, random_state=rng), sigma
 
 
 # ---------------------------------------------------------------- client side
-def fedsc_join(data, inbox, state, seed, *, offset):
+def fedsc_join(data, inbox, state, party, *, offset):
     """Client step (no message): keep where the client's rows start in the server's stacking."""
     return Reply(keep={"offset": int(offset)})
 
@@ -113,7 +104,7 @@ def fedsc_prepare(
     data,
     inbox,
     state,
-    seed,
+    party,
     *,
     data_noise,
     clip_norm,
@@ -137,7 +128,7 @@ def fedsc_prepare(
     keep = {}
     rows = data
     if data_noise is not None:
-        rows, sigma = _perturb(data, data_noise, seed, _STREAM_DATA, 0)
+        rows, sigma = _perturb(data, data_noise, party.rng)
         keep.update(rows=rows, data_sigma=sigma)
     elif clip_norm is not None:
         rows = clip_rows(data, clip_norm)
@@ -145,7 +136,7 @@ def fedsc_prepare(
     send = {}
     if send_distance:
         send["pair_distance"] = pair_distance_statistic(
-            rows, max_samples=max_samples, random_state=seed
+            rows, max_samples=max_samples, random_state=party.seed
         )
     if send_sums:
         send["feature_sums"] = feature_sums(rows)
@@ -154,7 +145,7 @@ def fedsc_prepare(
     return Reply(send=send or None, keep=keep)
 
 
-def fedsc_local_rank(data, inbox, state, seed, *, bandwidth, energy, max_samples):
+def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
     """Client step: the dictionary-size rule (Eq. 43) on the client's own rows.
 
     The rows' Gaussian kernel with the bandwidth (public, or broadcast); sends
@@ -163,7 +154,7 @@ def fedsc_local_rank(data, inbox, state, seed, *, bandwidth, energy, max_samples
     bandwidth = _bandwidth_of(inbox, state, bandwidth)
     rows = _client_rows(data, state)
     rank = n_components_auto(
-        rows, bandwidth=bandwidth, tol=energy, max_samples=max_samples, random_state=seed
+        rows, bandwidth=bandwidth, tol=energy, max_samples=max_samples, random_state=party.seed
     )
     return Reply(send=int(rank), keep={"bandwidth": bandwidth})
 
@@ -178,7 +169,7 @@ def fedsc_round(
     data,
     inbox,
     state,
-    seed,
+    party,
     *,
     round_index,
     bandwidth,
@@ -220,7 +211,7 @@ def fedsc_round(
     upload = update.dictionary
     if clip_norm is not None:
         upload = clip_rows(upload, clip_norm)
-    upload, sigma = _perturb(upload, dictionary_noise, seed, _STREAM_DICTIONARY, round_index)
+    upload, sigma = _perturb(upload, dictionary_noise, party.rng)
     keep = {
         "bandwidth": r,
         "objectives": state.get("objectives", ()) + (update.objective,),
@@ -231,13 +222,13 @@ def fedsc_round(
         send["count"] = len(rows)
     if send_coef:
         # Noise and clipping act on one sample's vector: a row of C^T.
-        coef, coef_sigma = _perturb(update.coef.T, coef_noise, seed, _STREAM_COEF, 0)
+        coef, coef_sigma = _perturb(update.coef.T, coef_noise, party.rng)
         keep["coef_sigma"] = coef_sigma
         send["coef"] = coef.T
     return Reply(send=send, keep=keep)
 
 
-def fedsc_coefficients(data, inbox, state, seed, *, reg, clip_norm, coef_noise):
+def fedsc_coefficients(data, inbox, state, party, *, reg, clip_norm, coef_noise):
     """Client step: coefficients of the client's rows for the final dictionary.
 
     ``C_p = (K(Z, Z) + reg I)^-1 K(Z, X_p)``, perturbed if asked, then sent
@@ -249,11 +240,11 @@ def fedsc_coefficients(data, inbox, state, seed, *, reg, clip_norm, coef_noise):
     rows = _client_rows(data, state)
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
-    noisy, sigma = _perturb(coef.T, coef_noise, seed, _STREAM_COEF, 0)
+    noisy, sigma = _perturb(coef.T, coef_noise, party.rng)
     return Reply(send=noisy.T, keep={"coef_sigma": sigma})
 
 
-def fedsc_receive_labels(data, inbox, state, seed):
+def fedsc_receive_labels(data, inbox, state, party):
     """Client step (no message): keep the labels of the client's own samples."""
     labels = np.asarray(inbox[TAG_LABELS])
     return Reply(keep={"labels": labels, "stacked rows": state["offset"] + np.arange(len(labels))})
@@ -274,7 +265,7 @@ def fedsc_hyperparameters(
     """Server step: bandwidth (and the pooled dictionary size) from the set-up messages.
 
     ``bandwidth='federated'`` estimates the pooled rule from the clients'
-    within-client pair distances (:func:`~skfedclust._fedsc_core.pooled_pair_bandwidth`,
+    within-client pair distances (:func:`~skfedclust.methods._fedsc_core.pooled_pair_bandwidth`,
     Eq. 42 without the zero self-distances), ``'pooled'`` is the mean pairwise
     distance of the rows uploaded for the pooled shortcut (Eq. 40), a float is
     itself. With
