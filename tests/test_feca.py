@@ -29,7 +29,7 @@ from skfedclust.methods._feca import (
     radius_empirical,
     radius_theoretical,
 )
-from skfedclust.federation import Received
+from skfedclust.federation import Party, Received
 from skfedclust.partition import DirichletPartition, IIDPartition
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -203,9 +203,10 @@ def test_step1_local_kmeans_drops_empty_clusters():
     # not sent (it has no points, hence no radius).
     data = np.repeat([[0.0, 0.0], [5.0, 5.0]], 6, axis=0)
     reply = feca_client_step(
-        data, {}, {}, 0, n_local_clusters=3, **{**CLIENT_STEP_DEFAULTS, "n_init": 1}
+        data, {}, {}, Party(0, seed=0), n_local_clusters=3, **{**CLIENT_STEP_DEFAULTS, "n_init": 1}
     )
-    centers, radii = reply.send
+    centers, radii, n_removed, _ = reply.send
+    assert n_removed == 0
     np.testing.assert_allclose(np.sort(centers, axis=0), [[0.0, 0.0], [5.0, 5.0]])
     np.testing.assert_array_equal(radii, [0.0, 0.0])
 
@@ -615,9 +616,10 @@ def test_protocol_rounds_and_bytes(final_lloyd_step):
 
     def bytes_up(runtime):
         # Client i sends its k_i kept centroids (k_i x d float64) and their k_i
-        # float64 radii: 8 (d + 1) k_i bytes, with k_i = k' - (removed by client i).
+        # float64 radii: 8 (d + 1) k_i bytes, with k_i = k' - (removed by client i),
+        # and two int64 diagnostics (removed centroids, local iterations).
         k_kept = [k - n for n in est.n_removed_]
-        up = sum(8 * (d + 1) * k_i for k_i in k_kept)
+        up = sum(8 * (d + 1) * k_i + 16 for k_i in k_kept)
         if final_lloyd_step:
             # Lloyd round: per-center sums (k x d float64) and counts (k int64).
             up += n_clients * (8 * k * d + 8 * k)
@@ -642,10 +644,14 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
     X, means = _jigsaw_client()
     est = FeCA(2, client_n_clusters=4, init=means, n_init=1)
     runtime = check_protocol(
-        est, [X, X + [0.0, 1.0]], rounds=1, bytes_up=2 * 3 * (2 + 1) * 8, bytes_down=2 * 2 * 2 * 8
+        est,
+        [X, X + [0.0, 1.0]],
+        rounds=1,
+        bytes_up=2 * (3 * (2 + 1) * 8 + 16),
+        bytes_down=2 * 2 * 2 * 8,
     )
     (uploads,) = [r for r in runtime.received if r.tag == "centroids and radii"]
-    for (centers, radii), sent_centers, sent_radii in zip(
+    for (centers, radii, _, _), sent_centers, sent_radii in zip(
         uploads.list(), est.local_centers_, est.radii_
     ):
         np.testing.assert_array_equal(centers, sent_centers)

@@ -16,6 +16,12 @@ from skfedclust.federation import (
 from skfedclust.utils.protocol_checks import check_protocol
 
 
+def _kept(runtime, key, clients=None):
+    """What parties kept under ``key`` (a test's look inside the parties)."""
+    states = runtime.private_states()
+    return [states[c][key] for c in (range(runtime.n_clients) if clients is None else clients)]
+
+
 def _federation(n_clients=3, rows=4, seed=0):
     X = np.arange(n_clients * rows * 2, dtype=float).reshape(-1, 2)
     rows_ = np.array_split(np.arange(len(X)), n_clients)
@@ -79,10 +85,10 @@ def test_server_messages_arrive_in_the_next_step_inbox_once():
     runtime.broadcast(np.ones(2), tag="centers")
     runtime.send({1: np.zeros(3)}, tag="extra")
     runtime.run(echo_inbox, tag="look")
-    inboxes = runtime.client_outputs("inbox")
+    inboxes = _kept(runtime, "inbox")
     assert set(inboxes[0]) == {"centers"} and set(inboxes[1]) == {"centers", "extra"}
     runtime.run(echo_inbox, tag="look again")
-    assert runtime.client_outputs("inbox") == [{}, {}, {}]
+    assert _kept(runtime, "inbox") == [{}, {}, {}]
     report = runtime.ledger.report()
     assert report["bytes_down"] == 3 * 16 + 24
     # Downloads alone open no round: nothing was sent by a client.
@@ -108,14 +114,14 @@ def test_peer_messages_are_counted_and_delivered():
     assert report["rounds"] == 1
     np.testing.assert_array_equal(report["per_client"]["bytes_peer_received"], [0, 16, 16, 16])
     runtime.run(echo_inbox, tag="look", clients=[3])
-    (inbox,) = runtime.client_outputs("inbox", clients=[3])
+    (inbox,) = _kept(runtime, "inbox", [3])
     assert list(inbox["shares"]) == [2]
 
 
 def test_parties_without_data_get_none():
     runtime = InProcessRuntime(_federation(n_clients=2), n_parties=3)
     runtime.run(data_is_none, tag="x", clients=[0, 1, 2])
-    assert runtime.client_outputs("had_data", clients=[0, 1, 2]) == [True, True, False]
+    assert _kept(runtime, "had_data", [0, 1, 2]) == [True, True, False]
 
 
 def test_setup_exchanges_are_not_rounds():
@@ -174,7 +180,7 @@ def test_client_work_is_single_threaded():
 
     runtime = InProcessRuntime(_federation())
     runtime.run(record_threads, tag="threads")
-    for info in runtime.client_outputs("threads"):
+    for info in _kept(runtime, "threads"):
         assert all(n == 1 for n in info), info
 
 
@@ -187,16 +193,23 @@ def record_threads(data, inbox, state, party):
 def test_kfed_server_never_gets_unsent_sizes():
     X, _ = make_blobs(120, centers=3, random_state=0)
     clients = [X[:40], X[40:80], X[80:]]
+    # Each client: 3 x 2 float64 centers and its local iteration count (int64).
     runtime = check_protocol(
-        KFed(3, random_state=0), clients, rounds=1, bytes_up=3 * 3 * 2 * 8, bytes_down=3 * 3 * 2 * 8
+        KFed(3, random_state=0),
+        clients,
+        rounds=1,
+        bytes_up=3 * (3 * 2 * 8 + 8),
+        bytes_down=3 * 3 * 2 * 8,
     )
     (step, (uploads,), _) = runtime.server_inputs[0]
-    assert all(isinstance(p, np.ndarray) and p.shape == (3, 2) for p in uploads.values())
+    assert all(
+        len(p) == 2 and p[0].shape == (3, 2) and np.ndim(p[1]) == 0 for p in uploads.values()
+    )
     weighted = check_protocol(
-        KFed(3, weighted=True, random_state=0), clients, bytes_up=3 * (3 * 2 * 8 + 3 * 8)
+        KFed(3, weighted=True, random_state=0), clients, bytes_up=3 * (3 * 2 * 8 + 3 * 8 + 8)
     )
     (_, (uploads,), _) = weighted.server_inputs[0]
-    assert all(len(p) == 2 for p in uploads.values())
+    assert all(len(p) == 3 for p in uploads.values())
 
 
 def test_ledger_names_the_server():
@@ -217,3 +230,104 @@ def test_per_client_public_constants():
     assert [int(v[0]) for v in received.values()] == [11, 12, 13]
     # Public constants are protocol parameters, not messages.
     assert runtime.ledger.report()["bytes_down"] == 0
+
+
+# --------------------------------------------------------------------------- #
+# Parties: public index and seed, private generator; declared outputs
+# --------------------------------------------------------------------------- #
+def send_index_and_private_draw(data, inbox, state, party):
+    return Reply(send=(np.int64(party.index), party.rng.random(3)), keep={"seed": party.seed})
+
+
+def output_row_numbers(data, inbox, state, party):
+    return Reply(output={"labels": data[:, 0].astype(np.int64)})
+
+
+def test_steps_know_their_public_index_in_one_exchange():
+    runtime = InProcessRuntime(_federation(), n_parties=4)
+    received = runtime.run(send_index_and_private_draw, tag="x", clients=range(4))
+    assert [int(p[0]) for p in received.list()] == [0, 1, 2, 3]
+    assert runtime.ledger.report()["rounds"] == 1
+    # The public seed is the one the server drew; parties without data have none.
+    assert _kept(runtime, "seed", range(4)) == [*runtime.seeds.tolist(), None]
+
+
+def test_private_draws_differ_between_parties_and_steps_and_reproduce():
+    def draws(entropy, n_jobs=None):
+        runtime = InProcessRuntime(_federation(), private_entropy=entropy, n_jobs=n_jobs)
+        first = [p[1] for p in runtime.run(send_index_and_private_draw, tag="a").list()]
+        second = [p[1] for p in runtime.run(send_index_and_private_draw, tag="b").list()]
+        return np.array(first), np.array(second)
+
+    first, second = draws([1, 2, 3])
+    assert len({tuple(r) for r in np.vstack([first, second])}) == 6
+    # Same entropy: the same private draws, whatever n_jobs.
+    again = draws([1, 2, 3], n_jobs=2)
+    np.testing.assert_array_equal(first, again[0])
+    np.testing.assert_array_equal(second, again[1])
+    # Other private entropy, same public seeds: other draws.
+    assert not np.allclose(first, draws([4, 5, 6])[0])
+
+
+def test_private_generator_does_not_follow_the_public_seed():
+    # Two runtimes with the same public seeds but different private entropy:
+    # a server that knows every public seed cannot replay a party's draws.
+    a = InProcessRuntime(_federation(seed=0), private_entropy=[1])
+    b = InProcessRuntime(_federation(seed=0), private_entropy=[2])
+    np.testing.assert_array_equal(a.seeds, b.seeds)
+    draw_a = a.run(send_index_and_private_draw, tag="x").list()[0][1]
+    draw_b = b.run(send_index_and_private_draw, tag="x").list()[0][1]
+    assert not np.allclose(draw_a, draw_b)
+    replay = np.random.default_rng(int(a.seeds[0])).random(3)
+    assert not np.allclose(draw_a, replay)
+
+
+def test_fit_private_entropy_is_reproducible_and_leaves_public_draws_alone():
+    from skfedclust.federation import private_entropy
+
+    rs = np.random.RandomState(7)
+    before = rs.get_state()[1].copy()
+    e1 = private_entropy(rs)
+    np.testing.assert_array_equal(rs.get_state()[1], before)  # nothing drawn
+    assert e1 == private_entropy(np.random.RandomState(7))
+    assert e1 != private_entropy(np.random.RandomState(8))
+    # The public seeds drawn next are those of a generator never asked for entropy.
+    assert rs.randint(1000) == np.random.RandomState(7).randint(1000)
+
+
+def test_outputs_are_handed_back_in_input_order_and_never_sent():
+    X = np.arange(12, dtype=float).reshape(6, 2)
+    fed = Federation(X, [np.array([4, 0, 2]), np.array([5, 1, 3])])
+    fed.spawn_seeds(np.random.RandomState(0))
+    runtime = InProcessRuntime(fed)
+    runtime.run(output_row_numbers, tag="labels")
+    assert runtime.ledger.report()["bytes_up"] == 0
+    np.testing.assert_array_equal(runtime.hand_back("labels"), X[:, 0])
+    assert runtime.hand_back("nothing declared") is None
+
+
+def test_runtime_factory_is_injectable_without_monkeypatching():
+    from skfedclust.federation import current_runtime_factory, use_runtime
+
+    built = []
+
+    class Counting(InProcessRuntime):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    X, _ = make_blobs(60, centers=2, random_state=0)
+    with use_runtime(Counting):
+        est = KFed(2, random_state=0).fit([X[:30], X[30:]])
+    assert current_runtime_factory() is InProcessRuntime
+    assert len(built) == 1
+    np.testing.assert_array_equal(
+        est.labels_, KFed(2, random_state=0).fit([X[:30], X[30:]]).labels_
+    )
+
+
+def test_the_protocol_api_has_no_read_back_of_party_state():
+    from skfedclust.federation import Runtime
+
+    for name in ("gather_rows", "client_outputs", "private_states"):
+        assert not hasattr(Runtime, name), name

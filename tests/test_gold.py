@@ -89,7 +89,8 @@ def test_standardization_uses_pooled_moments_and_clients_zscore_before_fcpl():
     uploads = runtime.received[1].list()
     for i, Xi in enumerate(clients):
         expected = fine_grained_cpl((Xi - est.mean_) / est.scale_, random_state=runtime.seeds[i])
-        np.testing.assert_array_equal(uploads[i], expected.centers)
+        np.testing.assert_array_equal(uploads[i][0], expected.centers)
+        assert uploads[i][1] == expected.n_iter
 
 
 def test_without_standardization_clients_run_fcpl_on_their_raw_rows():
@@ -100,7 +101,7 @@ def test_without_standardization_clients_run_fcpl_on_their_raw_rows():
     assert len(runtime.received) == 2  # the upload, then the label step (sends nothing)
     for i, Xi in enumerate(clients):
         expected = fine_grained_cpl(Xi, random_state=runtime.seeds[i])
-        np.testing.assert_array_equal(runtime.received[0][i], expected.centers)
+        np.testing.assert_array_equal(runtime.received[0][i][0], expected.centers)
 
 
 def test_standardization_changes_the_result_on_badly_scaled_features():
@@ -137,7 +138,7 @@ def test_each_client_uploads_its_fcpl_micro_centroids_once(local_init):
             max_iter=12,
             random_state=runtime.seeds[i],
         )
-        np.testing.assert_array_equal(runtime.received[0][i], local.centers)
+        np.testing.assert_array_equal(runtime.received[0][i][0], local.centers)
         np.testing.assert_array_equal(est.local_centers_[i], local.centers)
         assert est.n_local_clusters_[i] == local.n_clusters
         state = runtime.private_states()[i]
@@ -262,13 +263,14 @@ def test_protocol_rounds_and_bytes(standardize):
     def k_total(runtime):
         return int(est.n_local_clusters_.sum())
 
-    # Micro-centroids: sum k_i x d float64 up; their labels: sum k_i int64 down.
-    # Pre-round: a count, a mean and squared deviations up (8 + 16 d), mean and scale down.
+    # Micro-centroids: sum k_i x d float64 up, with each client's CPL pass
+    # count (one int64); their labels: sum k_i int64 down. Pre-round: a count,
+    # a mean and squared deviations up (8 + 16 d), mean and scale down.
     check_protocol(
         est,
         clients,
         rounds=1 + standardize,
-        bytes_up=lambda rt: 8 * d * k_total(rt) + standardize * m * (8 + 16 * d),
+        bytes_up=lambda rt: 8 * d * k_total(rt) + 8 * m + standardize * m * (8 + 16 * d),
         bytes_down=lambda rt: 8 * k_total(rt) + standardize * m * 16 * d,
         bytes_peer=0,
         private_keys=("labels", "micro_labels", "micro_sizes", "feature_weights"),

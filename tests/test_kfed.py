@@ -60,7 +60,8 @@ def test_one_round_and_bytes():
     est = KFed(n_clusters=3, n_local_clusters=2, random_state=0).fit([X[:30], X[30:60], X[60:]])
     comm = est.communication_
     assert comm["rounds"] == 1
-    assert comm["bytes_up"] == 3 * 2 * 2 * 8  # 3 clients, 2 centers, 2 features
+    # 3 clients, 2 centers, 2 features, and the local iteration count (one int64)
+    assert comm["bytes_up"] == 3 * (2 * 2 * 8 + 8)
     assert comm["bytes_down"] == 3 * 3 * 2 * 8  # global centers to each client
     assert comm["bytes_peer"] == 0
 

@@ -90,19 +90,20 @@ def test_mavg_protocol_one_round_centers_up_global_centers_down():
     X, _, _ = _separated_blobs()
     clients = [X[:700], X[700:1500], X[1500:]]
     k, d, m = 6, X.shape[1], len(clients)
-    # One round. Up: each client's k x d float64 centers. Down: the k x d
-    # global centers to each client.
+    # One round. Up: each client's k x d float64 centers and its local
+    # iteration count (one int64). Down: the k x d global centers to each client.
     runtime = check_protocol(
         MAvg(k, random_state=0),
         clients,
         rounds=1,
-        bytes_up=m * k * d * 8,
+        bytes_up=m * (k * d * 8 + 8),
         bytes_down=m * k * d * 8,
         bytes_peer=0,
     )
-    # The server gets the centers and nothing else (no sizes, no iterations).
+    # The server gets the centers and the iteration count, nothing else (no sizes).
     (step, (uploads,), public) = runtime.server_inputs[0]
-    assert all(isinstance(p, np.ndarray) and p.shape == (k, d) for p in uploads.list())
+    assert all(isinstance(c, np.ndarray) and c.shape == (k, d) for c, _ in uploads.list())
+    assert all(np.ndim(n_iter) == 0 for _, n_iter in uploads.list())
     assert set(public) == {"reference", "n_refine"}
 
 
@@ -116,7 +117,7 @@ def test_mavg_protocol_small_client_sends_fewer_centers():
         MAvg(k, random_state=0),
         clients,
         rounds=1,
-        bytes_up=sum(sent) * d * 8,
+        bytes_up=sum(sent) * d * 8 + 8 * len(clients),
         bytes_down=len(clients) * k * d * 8,
     )
 
