@@ -9,6 +9,14 @@ from sklearn.datasets import make_blobs, make_circles
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
+from skfedclust.clusterers import _njw
+from skfedclust.clusterers._njw import (
+    knn_graph,
+    knn_kernel_graph,
+    n_neighbors_auto,
+    njw_embedding,
+    njw_spectral_clustering,
+)
 from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_update,
@@ -17,14 +25,6 @@ from skfedclust.methods._fedsc_core import (
     n_components_auto,
     pooled_bandwidth,
     solve_coefficients,
-)
-from skfedclust.clusterers import _njw
-from skfedclust.clusterers._njw import (
-    knn_graph,
-    knn_kernel_graph,
-    n_neighbors_auto,
-    njw_embedding,
-    njw_spectral_clustering,
 )
 
 

@@ -18,6 +18,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skfedclust import FeCA
+from skfedclust.federation import Party, Received
 from skfedclust.methods._feca import (
     eliminate_one_fit_many,
     feca_aggregate,
@@ -29,7 +30,6 @@ from skfedclust.methods._feca import (
     radius_empirical,
     radius_theoretical,
 )
-from skfedclust.federation import Party, Received
 from skfedclust.partition import DirichletPartition, IIDPartition
 from skfedclust.utils.protocol_checks import check_protocol
 

@@ -14,7 +14,6 @@ from sklearn.metrics import adjusted_rand_score
 
 import skfedclust.methods._gold as gold_module
 from skfedclust import GOLDClustering, KFed
-from skfedclust.methods._gold import gold_server_cluster
 from skfedclust.clusterers._cpl import (
     competition_step,
     fine_grained_cpl,
@@ -24,6 +23,7 @@ from skfedclust.clusterers._cpl import (
 from skfedclust.clusterers._remc import _modes as remc_modes
 from skfedclust.clusterers._remc import categorical_divergence, matching_scores, remc
 from skfedclust.clusterers._remc import remc_weights as remc_level_weights
+from skfedclust.methods._gold import gold_server_cluster
 from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
 
