@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
-from sklearn.utils import check_random_state
 
 pytest.importorskip("flwr")
 pytest.importorskip("cryptography")
@@ -36,8 +35,7 @@ from skfedclust import (
     KumarFederatedKMeans,
     MAvg,
 )
-from skfedclust.methods._base import BaseFederatedClustering  # noqa: E402
-from skfedclust.federation import Reply, payload_nbytes  # noqa: E402
+from skfedclust.federation import Party, Reply, payload_nbytes  # noqa: E402
 from skfedclust.flower import (  # noqa: E402
     CodecError,
     FileLoader,
@@ -52,6 +50,7 @@ from skfedclust.flower import (  # noqa: E402
 from skfedclust.flower._codec import decode, encode, from_bytes, to_bytes  # noqa: E402
 from skfedclust.flower._crypto import KeyPair, open_sealed, seal  # noqa: E402
 from skfedclust.flower._wire import resolve_step, step_name  # noqa: E402
+from skfedclust.methods._base import BaseFederatedClustering  # noqa: E402
 
 HERE = __name__
 ALLOWED = ("skfedclust", HERE)
@@ -144,10 +143,13 @@ def _clients(n=4, seed=0):
     return [X[i::n] for i in range(n)]
 
 
-def _local_fit(estimator, clients, **grid_kwargs):
+def _local_fit(estimator, clients, private_seeds=None, **grid_kwargs):
     memory = Memory()
     app = make_client_app(Clients(clients), save_output=memory, allowed_modules=ALLOWED)
-    grid = LocalGrid(app, [{"partition-id": i} for i in range(len(clients))], **grid_kwargs)
+    configs = [{"partition-id": i} for i in range(len(clients))]
+    if private_seeds is not None:
+        configs = [{**c, "private-seed": s} for c, s in zip(configs, private_seeds)]
+    grid = LocalGrid(app, configs, **grid_kwargs)
     fit_on_flower(estimator, grid, n_nodes=len(clients), timeout=30, allowed_modules=ALLOWED)
     return estimator, memory, grid
 
@@ -301,10 +303,11 @@ def test_flower_fit_is_the_in_process_fit(name):
 def test_ledger_counts_payload_bytes_and_transport_the_records():
     clients = _clients()
     estimator, _, grid = _local_fit(KFed(n_clusters=4, random_state=0), clients)
-    # k-FED: every client uploads k x d float64 centers and downloads the k x d
-    # global centers; the labels stay on the clients.
+    # k-FED: every client uploads k x d float64 centers and its local iteration
+    # count (int64), and downloads the k x d global centers; the labels stay on
+    # the clients.
     k, d = 4, 2
-    assert estimator.communication_["bytes_up"] == 4 * k * d * 8
+    assert estimator.communication_["bytes_up"] == 4 * (k * d * 8 + 8)
     assert estimator.communication_["bytes_down"] == 4 * k * d * 8
     transport = estimator.transport_
     carried = sum(
@@ -321,14 +324,14 @@ def test_ledger_counts_payload_bytes_and_transport_the_records():
 # --------------------------------------------------------------------------- #
 # Peer messages: sealed end to end, relayed by the server
 # --------------------------------------------------------------------------- #
-def _masks(seed, seeds, d):
-    rng = np.random.RandomState(seed)
-    return {p: rng.normal(size=d) for p in range(len(seeds)) if seeds[p] != seed}
+def _masks(party, n_clients, d):
+    """One mask for every other client, from the party's private generator."""
+    return {p: party.rng.normal(size=d) for p in range(n_clients) if p != party.index}
 
 
-def mask_shares(data, inbox, state, party, *, seeds):
+def mask_shares(data, inbox, state, party, *, n_clients):
     """Each client sends every other client a random mask (a share)."""
-    masks = _masks(party.seed, seeds, data.shape[1])
+    masks = _masks(party, n_clients, data.shape[1])
     return Reply(to_peers=masks, keep={"masks": masks})
 
 
@@ -336,7 +339,7 @@ def masked_sum(data, inbox, state, party):
     """Send the column sums plus the masks sent minus the masks received."""
     out = data.sum(axis=0) + sum(state["masks"].values())
     out = out - sum(inbox["mask"][sender] for sender in sorted(inbox["mask"]))
-    return Reply(send=out, keep={"labels": np.zeros(len(data), dtype=np.intp)})
+    return Reply(send=out, output={"labels": np.zeros(len(data), dtype=np.intp)})
 
 
 def add_up(received):
@@ -353,11 +356,10 @@ class MaskedMean(BaseFederatedClustering):
         self.verbose = verbose
 
     def _run_protocol(self, runtime, random_state):
-        seeds = [int(s) for s in runtime.seeds]
-        runtime.run(mask_shares, tag="mask", seeds=seeds)
+        runtime.run(mask_shares, tag="mask", n_clients=runtime.n_clients)
         sums = runtime.run(masked_sum, tag="masked sums")
         self.cluster_centers_ = runtime.server(add_up, sums)[None, :] / runtime.client_sizes.sum()
-        return runtime.gather_rows("labels")
+        self.uploads_ = sums.list()
 
 
 def _all_bytes(messages):
@@ -376,8 +378,9 @@ def _all_bytes(messages):
 def test_peer_messages_are_relayed_sealed_and_the_server_cannot_read_them():
     clients = _clients()
     reference = MaskedMean().fit(clients)
-    estimator, _, grid = _local_fit(MaskedMean(), clients)
-    np.testing.assert_array_equal(estimator.cluster_centers_, reference.cluster_centers_)
+    private_seeds = [1000 + i for i in range(4)]
+    estimator, _, grid = _local_fit(MaskedMean(), clients, private_seeds=private_seeds)
+    np.testing.assert_allclose(estimator.cluster_centers_, reference.cluster_centers_)
     np.testing.assert_allclose(estimator.cluster_centers_[0], np.vstack(clients).mean(axis=0))
     _assert_same_communication(estimator.communication_, reference.communication_)
     # 4 clients x 3 masks of 2 float64: the ledger counts each share once, as peer bytes.
@@ -387,8 +390,9 @@ def test_peer_messages_are_relayed_sealed_and_the_server_cannot_read_them():
     relay = estimator.transport_["by_kind"]["relay"]
     assert relay["from_nodes"] == relay["to_nodes"] > estimator.communication_["bytes_peer"]
 
-    seeds = check_random_state(0).randint(np.iinfo(np.int32).max, size=4, dtype=np.int64)
-    shares = [m for s in seeds for m in _masks(s, list(seeds), 2).values()]
+    # The node's private seed fixes its masks (a test's knowledge; the server has none).
+    parties = [Party(p, None, s, stream=(0,)) for p, s in enumerate(private_seeds)]
+    shares = [m for party in parties for m in _masks(party, 4, 2).values()]
     seen = _all_bytes(grid.log)
     for share in shares:
         assert share.tobytes() not in seen
@@ -433,7 +437,7 @@ def test_a_tampered_relay_is_detected_by_the_recipient():
 def split_sum(data, inbox, state, party, *, holders):
     """Split the column sums into additive shares, one per share holder."""
     total = data.sum(axis=0)
-    share = np.random.RandomState(party.seed).normal(size=total.shape)
+    share = party.rng.normal(size=total.shape)
     return Reply(to_peers={holders[0]: share, holders[1]: total - share})
 
 
@@ -467,7 +471,7 @@ def test_parties_without_data_are_nodes_whose_loader_returns_none():
     clients = _clients()
     reference = ShareHolders().fit(clients)
     estimator, _, _ = _local_fit(ShareHolders(), clients + [None, None])
-    np.testing.assert_array_equal(estimator.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_allclose(estimator.cluster_centers_, reference.cluster_centers_)
     np.testing.assert_allclose(estimator.cluster_centers_[0], np.vstack(clients).sum(axis=0))
     _assert_same_communication(estimator.communication_, reference.communication_)
     assert estimator.n_clients_ == 4 and len(estimator.client_nodes_) == 6
@@ -485,10 +489,6 @@ def fail_on_second(data, inbox, state, party, *, seeds):
     return Reply(send=data.sum())
 
 
-def keep_a_vector(data, inbox, state, party):
-    return Reply(keep={"vector": data.sum(axis=0)})
-
-
 class Scripted(BaseFederatedClustering):
     """Runs one of a few protocols that fail on Flower."""
 
@@ -502,13 +502,8 @@ class Scripted(BaseFederatedClustering):
     def _run_protocol(self, runtime, random_state):
         if self.script == "fail":
             runtime.run(fail_on_second, tag="sums", seeds=[int(s) for s in runtime.seeds])
-        elif self.script == "gather other rows":
-            return runtime.gather_rows("memberships")
         elif self.script == "read the federation":
             return runtime._federation.client_rows
-        elif self.script == "fetch a vector":
-            runtime.run(keep_a_vector, tag="nothing sent")
-            return runtime.client_outputs("vector")
         return None
 
 
@@ -565,17 +560,34 @@ def test_wrong_replies_are_refused():
         fit_on_flower(KFed(n_clusters=4), grid, n_nodes=4, timeout=10)
 
 
-@pytest.mark.parametrize(
-    "script, error, match",
-    [
-        ("gather other rows", NotSupportedOnFlower, "'memberships' on the server"),
-        ("read the federation", NotSupportedOnFlower, "simulated Federation"),
-        ("fetch a vector", FlowerNodeError, "'vector' is not a scalar diagnostic"),
-    ],
-)
-def test_what_only_a_simulation_can_do_is_refused_clearly(script, error, match):
-    with pytest.raises(error, match=match):
-        _local_fit(Scripted(script), _clients())
+def test_what_only_a_simulation_can_do_is_refused_clearly():
+    with pytest.raises(NotSupportedOnFlower, match="simulated Federation"):
+        _local_fit(Scripted("read the federation"), _clients())
+
+
+def test_nodes_draw_private_randomness_the_server_cannot_replay():
+    clients = _clients()
+    first, _, _ = _local_fit(MaskedMean(random_state=0), clients)
+    second, _, _ = _local_fit(MaskedMean(random_state=0), clients)
+    # Same random_state, same public seeds: yet each node drew fresh masks from
+    # its operating system, so every masked upload differs, while the sum
+    # (what the protocol computes) is the same.
+    for a, b in zip(first.uploads_, second.uploads_):
+        assert not np.allclose(a, b)
+    np.testing.assert_allclose(first.cluster_centers_, second.cluster_centers_)
+    # A node's private-seed (tests only) fixes its draws.
+    seeds = [7, 8, 9, 10]
+    fixed = [_local_fit(MaskedMean(), clients, private_seeds=seeds)[0] for _ in range(2)]
+    for a, b in zip(fixed[0].uploads_, fixed[1].uploads_):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_declared_outputs_are_written_on_the_nodes_and_never_reach_the_server():
+    clients = _clients()
+    estimator, memory, grid = _local_fit(MaskedMean(), clients)
+    np.testing.assert_array_equal(memory.rows("labels", 4), np.zeros(240, dtype=np.intp))
+    assert not hasattr(estimator, "labels_")
+    assert estimator.client_outputs_["labels"].tolist() == [60] * 4
 
 
 def test_estimators_without_a_protocol_and_misconfigured_nodes_are_refused():
