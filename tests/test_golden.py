@@ -101,6 +101,14 @@ EXPECTED_CHANGES: dict[tuple[str, str], str] = {
         "OmniFC's default prime is 2**30 - 35 (was 2**23 - 15): q = 11 on the 2-D blobs and 9 "
         "on the 5-D ones (was 7 and 5), and a border row changes cluster"
     ),
+    **{
+        (estimator, f"communication_.{key}"): (
+            "iteration counts (FeCA: and removal counts) the estimator reports are now counted "
+            "messages: one int64 each rides in every client's upload"
+        )
+        for estimator in ("KFed", "FeCA", "MAvg")
+        for key in ("bytes_up", "bytes_total", "per_client")
+    },
     ("OmniFCClustering", "communication_"): (
         "OmniFC on the runtime: a common offset by secure aggregation first (pairwise masks as "
         "set-up, 8d-byte masked sums up and the mean down, one round) and the share exchange "
