@@ -50,6 +50,7 @@ __all__ = [
     "Received",
     "Reply",
     "Runtime",
+    "Session",
     "current_runtime_factory",
     "logger",
     "private_entropy",
@@ -320,6 +321,14 @@ class Runtime:
         """
         raise NotImplementedError
 
+    def session(self):
+        """The parties of this run for a later run, or ``None`` (a deployed runtime).
+
+        A deployed federation keeps nothing after the fit: each node drops its
+        state when the fit ends.
+        """
+        return None
+
     def stage(self, message):
         """Log the start of a protocol stage."""
         elapsed = time.perf_counter() - self._t0
@@ -352,9 +361,23 @@ class InProcessRuntime(Runtime):
         Root of the parties' private generators (:func:`private_entropy`);
         ``None`` draws it from the operating system (a fit that uses private
         randomness is then not reproducible).
+    session : Session, default=None
+        The parties of an earlier run (:meth:`session`), which continue here
+        with what they kept, on the rows of ``federation`` (new rows to
+        predict). Their public seeds, private entropy and number of parties
+        come from the session.
     """
 
-    def __init__(self, federation, *, n_parties=None, n_jobs=None, name="", private_entropy=None):
+    def __init__(
+        self,
+        federation,
+        *,
+        n_parties=None,
+        n_jobs=None,
+        name="",
+        private_entropy=None,
+        session=None,
+    ):
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -366,12 +389,21 @@ class InProcessRuntime(Runtime):
         self.seeds = federation.seeds
         self.n_jobs = n_jobs
         self.name = name
+        if session is not None:
+            self.n_parties = session._n_parties
+            self.seeds = session._seeds
+            private_entropy = session._entropy
         self.ledger = Ledger(self.n_parties)
         if private_entropy is None:
             private_entropy = np.random.SeedSequence().entropy
         self._private_entropy = private_entropy
-        self._exchange = -1
-        self._states = [{} for _ in range(self.n_parties)]
+        self._exchange = -1 if session is None else session._exchange
+        # A later run works on copies: what it keeps does not change the session.
+        self._states = (
+            [{} for _ in range(self.n_parties)]
+            if session is None
+            else [dict(s) for s in session._states]
+        )
         self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
         self._t0 = time.perf_counter()
@@ -495,6 +527,17 @@ class InProcessRuntime(Runtime):
         values = [self._outputs[c][key] for c in parties]
         return self._federation.gather_rows(values, parties)
 
+    def session(self):
+        """The parties of this run, with what they kept, for a later run (predict).
+
+        The simulation's user plays every party, so it can keep them after a
+        fit and run another protocol with them (each party mapping new rows
+        with what it kept). The session is opaque: only a runtime built with
+        ``InProcessRuntime(federation, session=...)`` opens it. It cannot be
+        pickled, since it holds every party's private state.
+        """
+        return Session(self)
+
     def private_states(self):
         """Every party's private state, for tests that attack a protocol.
 
@@ -506,6 +549,34 @@ class InProcessRuntime(Runtime):
     def party_outputs(self):
         """Every party's declared outputs, for tests (not part of the interface)."""
         return [dict(o) for o in self._outputs]
+
+
+class Session:
+    """The parties of a finished in-process run, kept by the user who played them.
+
+    Built by :meth:`InProcessRuntime.session`; a runtime given it as
+    ``session`` continues with the parties' kept state, public seeds and
+    private entropy. No estimator or server step reads it. Pickling refuses:
+    it holds every party's private state, which must not travel with a model.
+    """
+
+    __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange")
+
+    def __init__(self, runtime):
+        self._states = [dict(s) for s in runtime._states]
+        self._seeds = runtime.seeds
+        self._entropy = runtime._private_entropy
+        self._n_parties = runtime.n_parties
+        self._exchange = runtime._exchange
+
+    def __reduce__(self):
+        raise TypeError(
+            "a Session holds the private state of every party of a simulation and cannot be "
+            "pickled; a model that needs its parties must be used in the process that fitted it"
+        )
+
+    def __repr__(self):
+        return f"Session(n_parties={self._n_parties})"
 
 
 _RUNTIME_FACTORY = contextvars.ContextVar("skfedclust_runtime_factory", default=InProcessRuntime)
