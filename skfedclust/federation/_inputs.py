@@ -266,6 +266,38 @@ def _federation_from_clients(estimator, clients):
     return Federation(X, rows)
 
 
+def _grid_feature_names(grid):
+    """Column names of a grid, block by block, or None; raise when parties disagree.
+
+    The parties of one feature block (one per row group) must name its columns
+    alike; the names of the blocks, joined in block order, name the features.
+    """
+    names = [[_feature_names(Xb) for Xb in group] for group in grid]
+    flat = [n for group in names for n in group]
+    if all(n is None for n in flat):
+        return None
+    if any(n is None for n in flat):
+        raise ValueError(
+            "some parties of the grid are DataFrames with column names and others are not; "
+            "give every party named columns, or none"
+        )
+    for g, group in enumerate(names[1:], start=1):
+        for b, (n, first) in enumerate(zip(group, names[0])):
+            if len(n) != len(first) or (n != first).any():
+                raise ValueError(
+                    f"feature block {b} has columns {list(n)} in row group {g} but "
+                    f"{list(first)} in row group 0; the parties of a feature block must hold "
+                    "the same features in the same order"
+                )
+    joined = np.concatenate(names[0])
+    if len(set(joined)) != len(joined):
+        raise ValueError(
+            f"the feature blocks' columns {[list(n) for n in names[0]]} name a feature twice; "
+            "each feature belongs to one block"
+        )
+    return joined
+
+
 def _federation_from_grid(estimator, grid):
     """Row groups x feature blocks: ``grid[g][b]`` is party (g, b)."""
     for g, group in enumerate(grid):
@@ -295,7 +327,10 @@ def _federation_from_grid(estimator, grid):
                 "every row group must cover the same features in the same block layout: "
                 f"row group {g} has block widths {w} but row group 0 has {widths}"
             )
+    names = _grid_feature_names(grid)
     X = validate_data(estimator, np.vstack([np.hstack(a) for a in blocks]), dtype=np.float64)
+    if names is not None:
+        estimator.feature_names_in_ = names
     col_bounds = np.cumsum([0] + widths)
     cols = [np.arange(a, b) for a, b in zip(col_bounds[:-1], col_bounds[1:])]
     row_bounds = np.cumsum([0] + [a[0].shape[0] for a in blocks])
