@@ -74,7 +74,10 @@ class Ledger:
     A *round* is one exchange in which clients send: a client step whose
     messages go to the server (an upload) or to other parties (a peer
     exchange, such as secret shares). The server's downloads belong to the
-    round they answer, so a one-shot method reports one round. Exchanges
+    round they answer, so a one-shot method reports one round. An upload
+    streamed in several exchanges (blocks of one matrix the server asks for
+    in turn) is one round: its later exchanges are opened with
+    ``same_round=True``. Exchanges
     marked as set-up (agreeing on public parameters before the protocol
     proper, such as shared anchors) are counted apart, in ``setup_rounds``.
 
@@ -95,10 +98,17 @@ class Ledger:
         self._counted = set()
 
     # -- recording (called by the runtime) -------------------------------------
-    def open_phase(self, *, setup=False):
-        """Start a new exchange; return its phase number."""
+    def open_phase(self, *, setup=False, same_round=False):
+        """Start a new exchange; return its phase number.
+
+        With ``same_round=True`` the exchange continues the round (or set-up
+        round) of the previous client exchange instead of opening a new one.
+        """
         self._phase += 1
         self._phase_setup[self._phase] = bool(setup)
+        current = self._setup_round if setup else self._round
+        if same_round and current >= 0:
+            self._counted.add(self._phase)
         return self._phase
 
     def record(self, payload, *, sender, receiver, tag=""):

@@ -282,7 +282,9 @@ class Runtime:
         Every message of the run.
     """
 
-    def run(self, step, *, tag, clients=None, setup=False, per_client=None, **public):
+    def run(
+        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+    ):
         """Run ``step`` on ``clients`` and return what they sent to the server."""
         raise NotImplementedError
 
@@ -428,7 +430,9 @@ class InProcessRuntime(Runtime):
         seed = int(self.seeds[c]) if c < self.n_clients else None
         return Party(c, seed, self._private_entropy, stream=(self._exchange,))
 
-    def run(self, step, *, tag, clients=None, setup=False, per_client=None, **public):
+    def run(
+        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+    ):
         """Run a client step and deliver what it sends.
 
         Parameters
@@ -446,6 +450,10 @@ class InProcessRuntime(Runtime):
         setup : bool, default=False
             Count the exchange as set-up (agreeing on public parameters), not
             as a protocol round.
+        same_round : bool, default=False
+            Count the exchange in the round of the previous client exchange: a
+            message streamed in several exchanges (the blocks of a matrix the
+            server asks for in turn) is one round of the protocol.
         per_client : dict, default=None
             Public constants that differ between clients, ``{client: {name:
             value}}`` (a per-round seed drawn by the server, a number of
@@ -487,7 +495,7 @@ class InProcessRuntime(Runtime):
         # context must not lift the limit under another one still running.
         with single_threaded():
             replies = Parallel(n_jobs=self.n_jobs)(calls)
-        phase = self.ledger.open_phase(setup=setup)
+        phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)

@@ -377,7 +377,9 @@ class FlowerRuntime(Runtime):
         }
 
     # -- client steps --------------------------------------------------------------
-    def run(self, step, *, tag, clients=None, setup=False, per_client=None, **public):
+    def run(
+        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+    ):
         """Run a client step on the nodes of ``clients`` and deliver what it sends.
 
         Same contract as :meth:`InProcessRuntime.run
@@ -442,7 +444,7 @@ class FlowerRuntime(Runtime):
             self._check_reply(control, send, sealed, c, node_id, name, exchange, what)
             decoded.append((c, control, send, sealed))
 
-        phase = self.ledger.open_phase(setup=setup)
+        phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
         for c, control, send, sealed in decoded:
             if control["has_send"]:
