@@ -13,6 +13,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from threadpoolctl import threadpool_limits
 
 from skfedclust import FedSpectralClustering
+from skfedclust.clusterers._njw import njw_spectral_clustering
 from skfedclust.methods._fedsc import (
     TAG_COEF,
     TAG_RANK,
@@ -32,10 +33,9 @@ from skfedclust.methods._fedsc_core import (
     solve_coefficients,
     trilateration_attack,
 )
-from skfedclust.clusterers._njw import njw_spectral_clustering
 from skfedclust.metrics import clustering_accuracy
 from skfedclust.secure import clip_rows, data_noise_scale, factor_noise_scales
-from skfedclust.utils.protocol_checks import check_protocol
+from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
 F8 = 8  # bytes of a float64 (and of a Python int or float scalar)
 I4 = 4  # bytes of an int32 label
@@ -69,6 +69,11 @@ def received(runtime, tag):
     return [r for r in runtime.received if r.tag == tag]
 
 
+def coefs(runtime):
+    """The coefficient blocks the clients sent after the last round, in client order."""
+    return [p["coef"] for p in received(runtime, TAG_COEF)[0].list()]
+
+
 def setup_bytes_up(n_clients, n_features):
     """Federated set-up: (mean pair distance, pair count) + (feature sums, count) + a rank."""
     return n_clients * (2 * F8 + (n_features + 1) * F8 + F8)
@@ -78,19 +83,20 @@ def setup_bytes_up(n_clients, n_features):
 def iris_fit(iris_clients):
     """Default fit on iris, checked against the byte formulas of the protocol.
 
-    Per round every client downloads Z and uploads Z_p (m d floats each); then
-    one more download of the final Z and one upload of C_p (d n_p floats); the
-    labels (n int32) and the bandwidth (one float per client) come down too.
+    Per round every client downloads Z and uploads Z_p (m d floats each) with
+    its objective (one float); then one more download of the final Z and one
+    upload of C_p (d n_p floats); the labels (n int32) and the bandwidth (one
+    float per client) come down too.
     """
     clients, _ = iris_clients
     S, P, m, n = 20, 8, 4, 150
 
     def up(rt):
-        d = len(received(rt, TAG_COEF)[0][0])
-        return F8 * (S * P * m * d + d * n) + setup_bytes_up(P, m)
+        d = len(coefs(rt)[0])
+        return F8 * (S * P * (m * d + 1) + d * n) + setup_bytes_up(P, m)
 
     def down(rt):
-        d = len(received(rt, TAG_COEF)[0][0])
+        d = len(coefs(rt)[0])
         return F8 * ((S + 1) * P * m * d + P) + I4 * n
 
     est = FedSpectralClustering(3, random_state=0)
@@ -124,10 +130,42 @@ def test_fitted_attributes(iris_fit, iris_clients):
     assert sparse.issparse(est.affinity_matrix_) and est.affinity_matrix_.shape == (n, n)
     assert est.objective_history_.shape == (20,)
     assert est.noise_scales_ == {} and est.privacy_spent_ is None
-    # The affinity is in input order, like labels_: its connected rows share labels mostly.
+    # A list of clients is stacked as given: the server's order is the input order.
+    np.testing.assert_array_equal(est.stacked_labels_, est.labels_)
     W = est.affinity_matrix_.tocoo()
-    same = est.labels_[W.row] == est.labels_[W.col]
+    same = est.stacked_labels_[W.row] == est.stacked_labels_[W.col]
     assert same.mean() > 0.9
+
+
+def test_the_server_holds_what_it_received_in_its_stacking_order():
+    """Simulated clients: coef_ stacks the received blocks client by client, not input order.
+
+    The server knows the clients' sizes, not which input row each client holds;
+    labels_ comes back in input order from the clients, stacked_labels_ is
+    what the server computed, row for row with coef_ and affinity_matrix_.
+    """
+    X = load_iris().data
+    with recording_runtime() as runtimes:
+        est = FedSpectralClustering(3, n_rounds=3, kmeans_n_init=5, random_state=0).fit(X)
+    runtime = runtimes[-1]
+    C_sent = coefs(runtime)
+    assert [c.shape[1] for c in C_sent] == list(est.client_sizes_)
+    np.testing.assert_array_equal(est.coef_, np.hstack(C_sent).T)
+    # The clients' labels are the slices of the server's labels, by public size.
+    offsets = np.cumsum([0, *est.client_sizes_])
+    outputs = runtime.party_outputs()
+    for c in range(8):
+        np.testing.assert_array_equal(
+            outputs[c]["labels"], est.stacked_labels_[offsets[c] : offsets[c + 1]]
+        )
+    # Row i of coef_ is the i-th row of the stacked client blocks (the test reads
+    # the simulated blocks; the server never does), which is not input row i.
+    stacked = np.vstack([runtime._federation.client_data(c) for c in range(8)])
+    kw = dict(bandwidth=est.bandwidth_, lam=est.reg)
+    np.testing.assert_allclose(est.coef_, solve_coefficients(stacked, est.dictionary_, **kw).T)
+    assert not np.allclose(est.coef_, solve_coefficients(X, est.dictionary_, **kw).T)
+    # predict follows the server's labels, and gives every training row its own label.
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
 
 
 # --------------------------------------------------------------------------- #
@@ -154,17 +192,23 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
     )
     Z = fedsc_initial_dictionary(*inputs, **public)
     np.testing.assert_allclose(Z.mean(0), np.vstack(clients).mean(0), atol=r)
-    # Every round: C-step and preconditioned Z-step on each client, plain mean on the server.
+    # Every round: C-step and preconditioned Z-step on each client, plain mean on the server;
+    # the objective history is the sum of the objectives the clients sent.
     rounds = received(runtime, TAG_UPLOAD)
     assert len(rounds) == 20
-    for uploads in rounds:
+    for s, uploads in enumerate(rounds):
         for X_p, sent in zip(clients, uploads.list()):
-            expected = client_update(X_p, Z, bandwidth=r, lam=1e-2).dictionary
-            np.testing.assert_allclose(sent["dictionary"], expected, rtol=1e-10, atol=1e-10)
+            expected = client_update(X_p, Z, bandwidth=r, lam=1e-2)
+            np.testing.assert_allclose(
+                sent["dictionary"], expected.dictionary, rtol=1e-10, atol=1e-10
+            )
+            assert sent["objective"] == pytest.approx(expected.objective, rel=1e-10)
+            assert set(sent) == {"dictionary", "objective"}
         Z = np.mean([u["dictionary"] for u in uploads.list()], axis=0)
+        assert est.objective_history_[s] == np.sum([u["objective"] for u in uploads.list()])
     np.testing.assert_allclose(est.dictionary_, Z, rtol=1e-12)
     # Refit: coefficients of the final dictionary, one column per sample.
-    C_sent = received(runtime, TAG_COEF)[0].list()
+    C_sent = coefs(runtime)
     for X_p, C_p in zip(clients, C_sent):
         np.testing.assert_allclose(C_p, solve_coefficients(X_p, Z, bandwidth=r, lam=1e-2))
     C = np.hstack(C_sent)
@@ -249,7 +293,7 @@ def test_legacy_coefficients_come_with_the_last_dictionary(iris_clients):
         est,
         clients,
         rounds=S,
-        bytes_up=F8 * (S * P * m * d + d * n) + P * (m + 1) * F8,
+        bytes_up=F8 * (S * P * (m * d + 1) + d * n) + P * (m + 1) * F8,
         bytes_down=F8 * S * P * m * d + I4 * n,
     )
     last = received(runtime, TAG_UPLOAD + " and coefficients")[0].list()
@@ -273,7 +317,7 @@ def test_weighted_mean_uses_the_counts_the_clients_send(iris_clients):
     runtime = check_protocol(
         est,
         clients,
-        bytes_up=F8 * (S * P * (m * d + 1) + d * n) + P * (m + 1) * F8,
+        bytes_up=F8 * (S * P * (m * d + 2) + d * n) + P * (m + 1) * F8,
     )
     last = received(runtime, TAG_UPLOAD)[-1].list()
     assert [u["count"] for u in last] == [len(c) for c in clients]
@@ -301,7 +345,7 @@ def test_gradient_step_is_slower_than_the_preconditioned_one(iris_clients):
 def test_trilateration_recovers_every_sample_without_noise(iris_fit, iris_clients):
     """F15: from what it received (C) and sent (Z), the server recovers iris exactly."""
     est, runtime = iris_fit
-    C = np.hstack(received(runtime, TAG_COEF)[0].list())
+    C = np.hstack(coefs(runtime))
     assert est.n_components_ > 4
     X_hat = trilateration_attack(C, est.dictionary_, bandwidth=est.bandwidth_, lam=est.reg)
     assert np.abs(X_hat - np.vstack(iris_clients[0])).max() < 1e-8
@@ -324,8 +368,11 @@ def test_calibrated_factor_noise_is_on_the_wire_and_defeats_the_attack(iris_clie
     )  # fmt: skip
     assert est.noise_scales_ == {"dictionary": scales.dictionary, "coef": scales.coef}
     assert est.privacy_spent_ == pytest.approx((1.0, 1e-5))
+    # The objective of the clean rows is not covered by the guarantee: it is not sent.
+    assert est.objective_history_ is None
+    assert all("objective" not in u for r in received(runtime, TAG_UPLOAD) for u in r.list())
     # What the server received is the noisy release: C - (clean C) ~ N(0, sigma_C^2).
-    C_sent = np.hstack(received(runtime, TAG_COEF)[0].list())
+    C_sent = np.hstack(coefs(runtime))
     np.testing.assert_array_equal(est.coef_, C_sent.T)
     Z = est.dictionary_
     clean = solve_coefficients(clip_rows(X, 10.0), clip_rows(Z, 10.0), bandwidth=2.5, lam=1e-2)
@@ -356,13 +403,19 @@ def test_relative_factor_noise_is_on_the_wire_and_hides_the_samples(iris_clients
     kw = dict(privacy="factors", noise_ratio=(0.1, 0.05), n_rounds=3, kmeans_n_init=5)
     est = FedSpectralClustering(3, random_state=0, **kw)
     runtime = check_protocol(est, clients)
-    C_sent = received(runtime, TAG_COEF)[0].list()
+    C_sent = coefs(runtime)
     Z, r = est.dictionary_, est.bandwidth_
     for X_p, C_p, sigma in zip(clients, C_sent, est.noise_scales_["coef"]):
         clean = solve_coefficients(X_p, Z, bandwidth=r, lam=1e-2)
         assert sigma == pytest.approx(0.05 * clean.std())
         assert np.std(C_p - clean) == pytest.approx(sigma, rel=0.3)
+    # The scales depend on private spreads: the server has them because the clients sent them.
+    sent = [p["noise_scale"] for p in received(runtime, TAG_COEF)[0].list()]
+    np.testing.assert_array_equal(est.noise_scales_["coef"], sent)
     assert est.noise_scales_["dictionary"].shape == (3, 8)
+    for s, uploads in enumerate(received(runtime, TAG_UPLOAD)):
+        sent = [u["noise_scale"] for u in uploads.list()]
+        np.testing.assert_array_equal(est.noise_scales_["dictionary"][s], sent)
     assert est.privacy_spent_ is None
     error = np.abs(trilateration_attack(np.hstack(C_sent), Z, bandwidth=r, lam=1e-2) - X)
     assert error.max() > 0.1
@@ -388,7 +441,7 @@ def test_data_noise_is_added_once_to_the_rows_that_leave(iris_clients, mode):
     runtime = check_protocol(est, clients)
     rows = received(runtime, TAG_ROWS)[0].list()
     # Every later step computes on the perturbed rows the client kept.
-    for sent, C_p in zip(rows, received(runtime, TAG_COEF)[0].list()):
+    for sent, C_p in zip(rows, coefs(runtime)):
         expected = solve_coefficients(
             sent["rows"], est.dictionary_, bandwidth=est.bandwidth_, lam=1e-2
         )
@@ -400,7 +453,7 @@ def test_data_noise_is_added_once_to_the_rows_that_leave(iris_clients, mode):
         assert np.std(noise) == pytest.approx(sigma, rel=0.15)
     else:
         for X_p, sent, sigma in zip(clients, rows, est.noise_scales_["data"]):
-            assert sigma == pytest.approx(0.3 * X_p.std())
+            assert sigma == pytest.approx(0.3 * X_p.std()) and sent["noise_scale"] == sigma
             assert np.std(sent["rows"] - X_p) == pytest.approx(sigma, rel=0.3)
 
 

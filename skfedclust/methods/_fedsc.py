@@ -95,11 +95,6 @@ def _perturb(matrix, noise, rng):
 
 
 # ---------------------------------------------------------------- client side
-def fedsc_join(data, inbox, state, party, *, offset):
-    """Client step (no message): keep where the client's rows start in the server's stacking."""
-    return Reply(keep={"offset": int(offset)})
-
-
 def fedsc_prepare(
     data,
     inbox,
@@ -119,21 +114,25 @@ def fedsc_prepare(
     computes everything afterwards on the perturbed copy, which it keeps
     (``data_noise`` says how; calibrated noise clips the rows first). With
     calibrated factor noise it clips its rows to ``clip_norm`` and keeps
-    them. Then it sends, as asked:
-    the mean distance between its distinct rows and their number of pairs (the
+    them. Then it sends, as asked: the scale of relative data noise (one
+    float), the mean distance between its distinct rows and their number of pairs (the
     federated bandwidth), their feature sums and count (the centre of the
     initial dictionary), or the rows themselves (the pooled shortcut of the
     paper's experiments, which is not private).
     """
     keep = {}
+    send = {}
     rows = data
     if data_noise is not None:
         rows, sigma = _perturb(data, data_noise, party.rng)
-        keep.update(rows=rows, data_sigma=sigma)
+        keep["rows"] = rows
+        if data_noise[0] == "ratio":
+            # Relative noise follows the spread of the private rows: only the
+            # client knows its scale, and reports it (one float).
+            send["noise_scale"] = np.float64(sigma)
     elif clip_norm is not None:
         rows = clip_rows(data, clip_norm)
         keep["rows"] = rows
-    send = {}
     if send_distance:
         send["pair_distance"] = pair_distance_statistic(
             rows, max_samples=max_samples, random_state=party.seed
@@ -179,6 +178,7 @@ def fedsc_round(
     clip_norm,
     dictionary_noise,
     send_count,
+    send_objective,
     send_coef,
     coef_noise,
 ):
@@ -188,11 +188,14 @@ def fedsc_round(
     form (Eq. 14), takes one local step on its copy of the dictionary (the
     preconditioned step of the authors' code, or the gradient step of Eq. 16),
     perturbs it if asked and sends it (``"dictionary"``), with its sample
-    count for the weighted mean (``"count"``). In calibrated mode the received
-    and the updated atoms are clipped to ``clip_norm`` first, which bounds the
-    sensitivity. Its objective ``f_p`` stays on the client (a local
-    diagnostic). With ``send_coef`` (the last round of ``final_coef='legacy'``)
-    it also sends its coefficients (``"coef"``), perturbed if asked.
+    count for the weighted mean (``"count"``), its objective ``f_p`` at the
+    broadcast dictionary (``"objective"``, one float, unless
+    ``send_objective`` is false) and, under relative noise, the noise scale it
+    drew (``"noise_scale"``). In calibrated mode the received and the updated
+    atoms are clipped to ``clip_norm`` first, which bounds the sensitivity.
+    With ``send_coef`` (the last round of ``final_coef='legacy'``) it also
+    sends its coefficients (``"coef"``), perturbed if asked (and their
+    relative noise scale, ``"coef_noise_scale"``).
     """
     r = _bandwidth_of(inbox, state, bandwidth)
     dictionary = inbox[TAG_DICTIONARY]
@@ -212,27 +215,33 @@ def fedsc_round(
     if clip_norm is not None:
         upload = clip_rows(upload, clip_norm)
     upload, sigma = _perturb(upload, dictionary_noise, party.rng)
-    keep = {
-        "bandwidth": r,
-        "objectives": state.get("objectives", ()) + (update.objective,),
-        "dictionary_sigmas": state.get("dictionary_sigmas", ()) + (sigma,),
-    }
     send = {"dictionary": upload}
     if send_count:
         send["count"] = len(rows)
+    if send_objective:
+        send["objective"] = np.float64(update.objective)
+    if _relative(dictionary_noise):
+        send["noise_scale"] = np.float64(sigma)
     if send_coef:
         # Noise and clipping act on one sample's vector: a row of C^T.
         coef, coef_sigma = _perturb(update.coef.T, coef_noise, party.rng)
-        keep["coef_sigma"] = coef_sigma
         send["coef"] = coef.T
-    return Reply(send=send, keep=keep)
+        if _relative(coef_noise):
+            send["coef_noise_scale"] = np.float64(coef_sigma)
+    return Reply(send=send, keep={"bandwidth": r})
+
+
+def _relative(noise):
+    """Whether the noise is relative to the spread of what it perturbs (its scale is private)."""
+    return noise is not None and noise[0] == "ratio"
 
 
 def fedsc_coefficients(data, inbox, state, party, *, reg, clip_norm, coef_noise):
     """Client step: coefficients of the client's rows for the final dictionary.
 
     ``C_p = (K(Z, Z) + reg I)^-1 K(Z, X_p)``, perturbed if asked, then sent
-    (one column per sample, as in the paper).
+    (``"coef"``, one column per sample, as in the paper), with the scale of
+    relative noise (``"noise_scale"``).
     """
     dictionary = inbox[TAG_DICTIONARY]
     if clip_norm is not None:
@@ -241,13 +250,15 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, clip_norm, coef_noise)
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
     noisy, sigma = _perturb(coef.T, coef_noise, party.rng)
-    return Reply(send=noisy.T, keep={"coef_sigma": sigma})
+    send = {"coef": noisy.T}
+    if _relative(coef_noise):
+        send["noise_scale"] = np.float64(sigma)
+    return Reply(send=send)
 
 
 def fedsc_receive_labels(data, inbox, state, party):
-    """Client step (no message): keep the labels of the client's own samples."""
-    labels = np.asarray(inbox[TAG_LABELS])
-    return Reply(keep={"labels": labels, "stacked rows": state["offset"] + np.arange(len(labels))})
+    """Client step (no message): the labels of the client's own samples are its output."""
+    return Reply(output={"labels": np.asarray(inbox[TAG_LABELS])})
 
 
 # ---------------------------------------------------------------- server side
@@ -328,7 +339,10 @@ def fedsc_aggregate(uploads, *, aggregation, with_coef, clip_norm):
     ``aggregation='weighted'`` weights client ``p`` by ``n_p / n`` (the
     clients then sent their counts). In calibrated mode the mean is clipped
     like the clients clip what they receive, so both sides use the same
-    atoms. Returns ``(dictionary, coefficients or None)``.
+    atoms. Returns ``(dictionary, coefficients or None, report)``; ``report``
+    holds what the clients reported with their uploads: the sum of their
+    objectives (``"objective"``, NaN when they sent none) and their relative
+    noise scales (``"noise_scale"``, ``"coef_noise_scale"``, one per client).
     """
     payloads = uploads.list()
     counts = [p["count"] for p in payloads] if aggregation == "weighted" else None
@@ -336,7 +350,22 @@ def fedsc_aggregate(uploads, *, aggregation, with_coef, clip_norm):
     if clip_norm is not None:
         dictionary = clip_rows(dictionary, clip_norm)
     coef = np.hstack([p["coef"] for p in payloads]) if with_coef else None
-    return dictionary, coef
+    report = {
+        "objective": (
+            float(np.sum([p["objective"] for p in payloads]))
+            if all("objective" in p for p in payloads)
+            else np.nan
+        )
+    }
+    for key in ("noise_scale", "coef_noise_scale"):
+        if all(key in p for p in payloads):
+            report[key] = np.array([p[key] for p in payloads], dtype=np.float64)
+    return dictionary, coef, report
+
+
+def fedsc_reported(received, *, key):
+    """Server step: the scalar ``key`` every client reported in ``received``, in client order."""
+    return np.array([p[key] for p in received.list()], dtype=np.float64)
 
 
 def fedsc_cluster(
@@ -359,7 +388,7 @@ def fedsc_cluster(
     received ``coefs`` when given. Returns ``(labels, affinity, coef)``.
     """
     if coef is None:
-        coef = np.hstack(coefs[0].list())
+        coef = np.hstack([p["coef"] for p in coefs[0].list()])
     kernel_zz = gaussian_kernel(dictionary, bandwidth=bandwidth)
     affinity = knn_kernel_graph(coef, kernel_zz, n_neighbors=n_neighbors, scaling=kernel_scaling)
     labels = njw_spectral_clustering(affinity, n_clusters, n_init=kmeans_n_init, random_state=seed)
@@ -492,26 +521,37 @@ class FedSpectralClustering(BaseFederatedClustering):
     dictionary_ : ndarray of shape (d, n_features)
         Final dictionary ``Z``, one atom per row (``d = n_components_``).
     coef_ : ndarray of shape (n_samples, d)
-        Coefficients the server received, one row per input row (noisy under
-        ``privacy='factors'``).
+        Coefficients the server received (noisy under ``privacy='factors'``),
+        one row per sample in the server's stacking order: client by client,
+        each client's rows in its own order. The server knows the clients'
+        sizes, not which input row each client holds, so for clients
+        simulated from a pooled ``X`` this is not the input order.
     affinity_matrix_ : scipy.sparse.csr_array of shape (n_samples, n_samples)
-        kNN graph of the reconstructed kernel, rows in input order.
+        kNN graph of the reconstructed kernel, in the order of ``coef_``.
+    stacked_labels_ : ndarray of shape (n_samples,)
+        Labels the server computed and sent, in the order of ``coef_``
+        (``labels_`` holds the same labels in input order).
     bandwidth_ : float
         Kernel bandwidth ``r``.
     n_components_ : int
         Dictionary size ``d``.
     n_neighbors_ : int
         Neighbours of the kNN graph.
-    objective_history_ : ndarray of shape (n_rounds,)
+    objective_history_ : ndarray of shape (n_rounds,) or None
         Sum over clients of the local objective ``f_p`` at the start of every
-        round. A local diagnostic: the clients never send it.
+        round, from the one float every client sends with its dictionary.
+        None under calibrated factor noise, whose guarantee does not cover
+        the objective: the clients then keep it.
     n_iter_ : int
         Rounds of stage I run.
     noise_scales_ : dict
         Standard deviations of the noise: ``{"data": sigma}`` or
-        ``{"dictionary": sigma_Z, "coef": sigma_C}`` (floats when calibrated;
-        per client, and per round for the dictionary, with ``noise_ratio``);
-        empty without privacy.
+        ``{"dictionary": sigma_Z, "coef": sigma_C}``; empty without privacy.
+        Calibrated scales are floats the server computes from the public
+        budget. Relative scales (``noise_ratio``) follow the spread of private
+        data, so every client sends its own with what it perturbed: one per
+        client (``"data"``, ``"coef"``) and per round and client
+        (``"dictionary"``, shape ``(n_rounds, n_clients)``).
     privacy_spent_ : tuple of (float, float) or None
         ``(epsilon, delta)`` of the calibrated mode; None otherwise.
     n_clients_ : int
@@ -761,11 +801,6 @@ class FedSpectralClustering(BaseFederatedClustering):
             self.noise_scales_ = {"dictionary": scales.dictionary, "coef": scales.coef}
             self.privacy_spent_ = scales.total_budget
 
-        # Where each client's rows sit in the server's stacking (no message).
-        offsets = np.concatenate([[0], np.cumsum(runtime.client_sizes)])
-        for c in range(P):
-            runtime.run(fedsc_join, tag="join", clients=[c], offset=offsets[c])
-
         # Set-up: what the hyperparameters and the initial dictionary need.
         pooled = self.bandwidth == "pooled" or self.n_components == "pooled"
         send_sums = not calibrated_factors
@@ -841,7 +876,11 @@ class FedSpectralClustering(BaseFederatedClustering):
         # Stage I: the federated factorisation.
         weighted = self.aggregation == "weighted"
         legacy = self.final_coef == "legacy"
+        # The objective is a function of the clean rows: calibrated factor
+        # noise does not cover it, so the clients keep it to themselves.
+        send_objective = not calibrated_factors
         coef = None
+        objectives, dictionary_scales, coef_scales = [], [], None
         for s in range(self.n_rounds):
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
             last = s == self.n_rounds - 1
@@ -857,17 +896,22 @@ class FedSpectralClustering(BaseFederatedClustering):
                 clip_norm=clip_norm,
                 dictionary_noise=dictionary_noise,
                 send_count=weighted,
+                send_objective=send_objective,
                 send_coef=legacy and last,
                 coef_noise=coef_noise,
             )
             runtime.stage(f"server step: round {s + 1}, mean of the dictionaries")
-            dictionary, coef = runtime.server(
+            dictionary, coef, report = runtime.server(
                 fedsc_aggregate,
                 uploads,
                 aggregation=self.aggregation,
                 with_coef=legacy and last,
                 clip_norm=clip_norm,
             )
+            objectives.append(report["objective"])
+            if "noise_scale" in report:
+                dictionary_scales.append(report["noise_scale"])
+            coef_scales = report.get("coef_noise_scale")
         coefs = None
         if not legacy:
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
@@ -879,11 +923,11 @@ class FedSpectralClustering(BaseFederatedClustering):
                 clip_norm=clip_norm,
                 coef_noise=coef_noise,
             )
+            if _relative(coef_noise):
+                coef_scales = runtime.server(fedsc_reported, coefs, key="noise_scale")
 
         # Stage II on the server.
-        self.n_neighbors_ = (
-            n_neighbors_auto(n_samples) if self.n_neighbors == "auto" else int(self.n_neighbors)
-        )
+        self.n_neighbors_ = self._n_neighbors(n_samples)
         runtime.stage("server step: kNN graph of the reconstructed kernel and NJW clustering")
         labels, affinity, coef = runtime.server(
             fedsc_cluster,
@@ -897,29 +941,44 @@ class FedSpectralClustering(BaseFederatedClustering):
             kmeans_n_init=self.kmeans_n_init,
             seed=seed_server,
         )
-        # k-means labels are int32: 4 bytes per sample on the wire.
+        # k-means labels are int32: 4 bytes per sample on the wire. The server
+        # stacked the clients' coefficients in client order, so client c's
+        # labels are the slice the public client sizes give.
         labels = labels.astype(np.int32, copy=False)
+        offsets = np.concatenate([[0], np.cumsum(runtime.client_sizes)])
         runtime.send({c: labels[offsets[c] : offsets[c + 1]] for c in range(P)}, tag=TAG_LABELS)
         runtime.stage("client step: labels")
         runtime.run(fedsc_receive_labels, tag="keep labels")
 
-        # Fitted attributes, in input-row order.
-        order = runtime.gather_rows("stacked rows")
+        # What the server holds: what it received, sent or computed, with the
+        # samples in its stacking order (client by client).
         self.dictionary_ = dictionary
-        self.coef_ = coef.T[order]
-        self.affinity_matrix_ = affinity[order][:, order].tocsr()
-        self.objective_history_ = np.sum(runtime.client_outputs("objectives"), axis=0)
+        self.coef_ = coef.T
+        self.affinity_matrix_ = affinity.tocsr()
+        self.stacked_labels_ = labels
+        self.objective_history_ = np.asarray(objectives) if send_objective else None
         self.n_iter_ = self.n_rounds
         if mode == "ratio":
             if self.privacy == "data":
-                self.noise_scales_ = {"data": np.array(runtime.client_outputs("data_sigma"))}
-            else:
                 self.noise_scales_ = {
-                    "dictionary": np.array(runtime.client_outputs("dictionary_sigmas")).T,
-                    "coef": np.array(runtime.client_outputs("coef_sigma")),
+                    "data": runtime.server(fedsc_reported, stats, key="noise_scale")
+                }
+            else:
+                # A zero ratio adds no noise, and its scale is 0 (public).
+                self.noise_scales_ = {
+                    "dictionary": (
+                        np.array(dictionary_scales)
+                        if dictionary_noise is not None
+                        else np.zeros((self.n_rounds, P))
+                    ),
+                    "coef": coef_scales if coef_noise is not None else np.zeros(P),
                 }
         self._embedding = self._embed(self.coef_)
-        return runtime.gather_rows("labels")
+
+    def _n_neighbors(self, n_samples):
+        if self.n_neighbors == "auto":
+            return n_neighbors_auto(n_samples)
+        return int(self.n_neighbors)
 
     # ------------------------------------------------------------ predict
     def _embed(self, coef_rows):
@@ -950,7 +1009,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         """
         check_is_fitted(self, "dictionary_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.labels_[self._nearest_training_samples(X)]
+        return self.stacked_labels_[self._nearest_training_samples(X)]
 
     def _nearest_training_samples(self, X):
         """Input row of the training sample nearest to each row of ``X`` in the
