@@ -42,9 +42,11 @@ from skfedclust.flower import (  # noqa: E402
     FileWriter,
     FlowerNodeError,
     FlowerTimeoutError,
+    IdentityKey,
     NotSupportedOnFlower,
     SealError,
     fit_on_flower,
+    load_trusted_identities,
     make_client_app,
 )
 from skfedclust.flower._codec import decode, encode, from_bytes, to_bytes  # noqa: E402
@@ -847,3 +849,133 @@ def test_feature_names_come_from_the_nodes_dataframes():
     frames[2] = frames[2].rename(columns={"y": "z"})
     with pytest.raises(ValueError, match="different feature names"):
         _local_fit(KFed(n_clusters=4, random_state=0), frames)
+
+
+# --------------------------------------------------------------------------- #
+# Authenticated peer keys
+# --------------------------------------------------------------------------- #
+def _identities(tmp_path, n, trusted=None):
+    """Identity key files for ``n`` nodes and one trusted-identities file listing ``trusted``."""
+    keys = [IdentityKey() for _ in range(n)]
+    paths = []
+    for i, key in enumerate(keys):
+        paths.append(str(key.save(tmp_path / f"node{i}.pem")))
+    listed = keys if trusted is None else trusted
+    trust = tmp_path / "trusted.txt"
+    trust.write_text(
+        "# the federation's nodes\n"
+        + "".join(f"node-{i} ed25519:{k.public_bytes.hex()}\n" for i, k in enumerate(listed))
+    )
+    configs = [
+        {"partition-id": i, "identity-key": p, "trusted-identities": str(trust)}
+        for i, p in enumerate(paths)
+    ]
+    return keys, configs
+
+
+def _fit_with_configs(estimator, clients, configs, tamper=None):
+    app = make_client_app(Clients(clients), save_output=Memory(), allowed_modules=ALLOWED)
+    grid = LocalGrid(app, configs, tamper=tamper)
+    fit_on_flower(estimator, grid, n_nodes=len(configs), timeout=30, allowed_modules=ALLOWED)
+    return estimator, grid
+
+
+def _swap_key_of(party, new_key_hex, signature_hex=None, identity_hex=None):
+    """A man in the middle replacing ``party``'s per-fit key in every step message."""
+
+    def swap(message):
+        if not message.metadata.message_type.endswith("step"):
+            return
+        config = message.content.config_records["skfedclust"]
+        control = json.loads(config["control"])
+        begin = control.get("begin")
+        if not begin:
+            return
+        begin["keys"][str(party)] = new_key_hex
+        if identity_hex is not None:
+            begin["identities"][str(party)] = [identity_hex, signature_hex]
+        config["control"] = json.dumps(control)
+
+    return swap
+
+
+def test_authenticated_fit_prints_and_reports_every_identity(tmp_path):
+    clients = _clients()
+    keys, configs = _identities(tmp_path, 4)
+    estimator, _ = _fit_with_configs(MaskedMean(), clients, configs)
+    np.testing.assert_allclose(estimator.cluster_centers_[0], np.vstack(clients).mean(axis=0))
+    assert estimator.client_identities_ == [k.fingerprint for k in keys]
+
+
+def test_a_key_swapped_in_transit_is_refused_naming_the_peer(tmp_path):
+    clients = _clients()
+    _, configs = _identities(tmp_path, 4)
+    attacker = KeyPair()
+    # The relay hands every other party its own key for party 1, keeping party
+    # 1's signature: the signature does not match the swapped key.
+    with pytest.raises(FlowerNodeError, match=r"PeerKeyError: party 1's per-fit key is not"):
+        _fit_with_configs(
+            MaskedMean(), clients, configs, tamper=_swap_key_of(1, attacker.public_bytes.hex())
+        )
+    # It signs the swapped key with an identity of its own: not a trusted one.
+    rogue = IdentityKey()
+    swap = _swap_key_of(
+        1,
+        attacker.public_bytes.hex(),
+        signature_hex=rogue.sign_fit_key(attacker.public_bytes, session="any").hex(),
+        identity_hex=rogue.public_bytes.hex(),
+    )
+    with pytest.raises(FlowerNodeError, match=r"party 1 signs with identity sha256:.* not in"):
+        _fit_with_configs(MaskedMean(), clients, configs, tamper=swap)
+
+
+def test_a_node_refuses_peers_outside_its_trusted_identities(tmp_path):
+    clients = _clients()
+    keys = [IdentityKey() for _ in range(4)]
+    # Node 3 is not in the trust file the others hold.
+    _, configs = _identities(tmp_path, 4, trusted=keys[:3])
+    configs[3]["identity-key"] = str(keys[3].save(tmp_path / "outsider.pem"))
+    for i, c in enumerate(configs[:3]):
+        c["identity-key"] = str(keys[i].save(tmp_path / f"member{i}.pem"))
+    with pytest.raises(FlowerNodeError, match=r"party 3 signs with identity .* not in"):
+        _fit_with_configs(MaskedMean(), clients, configs)
+
+
+def test_without_a_trust_file_a_swapped_key_goes_unnoticed():
+    # The honest limit the docs state: a node with no trusted identities cannot
+    # tell a swapped key from a genuine one. Here the swap only breaks the pair
+    # keys, so the recipient fails to open; an attacker who swapped every key
+    # and re-sealed would read the messages instead.
+    clients = _clients()
+    attacker = KeyPair()
+    with pytest.raises(FlowerNodeError, match="SealError"):
+        _local_fit(MaskedMean(), clients, tamper=_swap_key_of(1, attacker.public_bytes.hex()))
+
+
+def test_trusted_identities_file_is_checked(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("node-0 ed25519:1234\n")
+    with pytest.raises(ValueError, match="line 1: expected 'ed25519:<64 hex digits>'"):
+        load_trusted_identities(bad)
+    key = IdentityKey()
+    good = tmp_path / "good.txt"
+    good.write_text(f"# comment\n\nalice {key.fingerprint}\nbob ed25519:{key.public_bytes.hex()}\n")
+    assert load_trusted_identities(good) == {key.fingerprint: "bob"}
+
+
+def test_keygen_writes_a_private_key_and_prints_a_trust_line(tmp_path, capsys):
+    from skfedclust.flower.__main__ import main
+
+    path = tmp_path / "node.pem"
+    assert main(["keygen", str(path), "--name", "hospital-a"]) == 0
+    printed = capsys.readouterr().out
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    key = IdentityKey.load(path)
+    assert f"hospital-a ed25519:{key.public_bytes.hex()}" in printed
+    assert key.fingerprint in printed
+    # What it prints is a valid trusted-identities file.
+    trust = tmp_path / "trusted.txt"
+    trust.write_text(printed)
+    assert load_trusted_identities(trust) == {key.fingerprint: "hospital-a"}
+    with pytest.raises(SystemExit):
+        main(["keygen", str(path)])

@@ -11,14 +11,22 @@ run on Flower SuperNodes, each holding its own data:
   in its Flower Context and writes its labels for its own user.
 
 Client-to-client messages are sealed for their recipient (X25519 and
-ChaCha20-Poly1305), so the server relays ciphertext only. Requires the
+ChaCha20-Poly1305), so the server relays ciphertext only; each node signs its
+per-fit key with its long-term identity key and checks the peers' keys against
+the identities it trusts (``python -m skfedclust.flower keygen`` makes one). Requires the
 ``flower`` extra: ``pip install 'skfedclust[flower]'``. See the user guide's
 "Deploying with Flower".
 """
 
 from ._client import FileLoader, FileWriter, load_node_data, make_client_app, save_node_output
 from ._codec import CodecError
-from ._crypto import SealError, fingerprint
+from ._crypto import (
+    IdentityKey,
+    PeerKeyError,
+    SealError,
+    fingerprint,
+    load_trusted_identities,
+)
 from ._runtime import (
     FlowerNodeError,
     FlowerRuntime,
@@ -35,12 +43,15 @@ __all__ = [
     "FlowerNodeError",
     "FlowerRuntime",
     "FlowerTimeoutError",
+    "IdentityKey",
     "NotSupportedOnFlower",
+    "PeerKeyError",
     "SealError",
     "Transport",
     "fingerprint",
     "fit_on_flower",
     "load_node_data",
+    "load_trusted_identities",
     "make_client_app",
     "save_node_output",
 ]

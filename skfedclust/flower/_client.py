@@ -58,6 +58,46 @@ OUTPUTS = "skfedclust.outputs"
 #: Node-config field that fixes a node's private randomness (tests only: a
 #: deployed node draws it from the operating system).
 PRIVATE_SEED = "private-seed"
+#: Node-config fields of the node's long-term identity key (a PEM file written
+#: by ``python -m skfedclust.flower keygen``) and of the identities it trusts.
+IDENTITY_KEY = "identity-key"
+TRUSTED_IDENTITIES = "trusted-identities"
+
+
+def _identity(node_config):
+    path = node_config.get(IDENTITY_KEY)
+    return None if path is None else _crypto.IdentityKey.load(path)
+
+
+def _verify_peers(begin, node_config, session):
+    """Check every peer's per-fit key against the node's trusted identities.
+
+    Without a ``trusted-identities`` file the node cannot tell a swapped key
+    from a genuine one; it says so once and goes on (sealed messages then
+    resist a passive server only).
+    """
+    path = node_config.get(TRUSTED_IDENTITIES)
+    if path is None:
+        logger.warning(
+            "node has no %s file: the peers' keys are not authenticated, so a server "
+            "that swaps them can read this node's sealed messages",
+            TRUSTED_IDENTITIES,
+        )
+        return
+    trusted = _crypto.load_trusted_identities(path)
+    identities = begin.get("identities", {})
+    for peer, key in begin["keys"].items():
+        if int(peer) == int(begin["party"]):
+            continue
+        identity, signature = identities.get(peer) or (None, None)
+        _crypto.verify_peer_key(
+            int(peer),
+            bytes.fromhex(key),
+            None if identity is None else bytes.fromhex(identity),
+            None if signature is None else bytes.fromhex(signature),
+            session=session,
+            trusted=trusted,
+        )
 
 
 # --------------------------------------------------------------------------- #
@@ -242,6 +282,11 @@ class _Service:
         _save_state(context, {})
         _save_state(context, {}, OUTPUTS)
         name = self.client_name(context.node_config)
+        identity = _identity(context.node_config)
+        signature = None
+        if identity is not None:
+            signature = identity.sign_fit_key(keys.public_bytes, session=str(control["session"]))
+            logger.info("node %s: identity %s", context.node_id, identity.fingerprint)
         reply = {
             "session": control["session"],
             "n_rows": 0 if data is None else int(data.shape[0]),
@@ -249,6 +294,8 @@ class _Service:
             "name": name if isinstance(name, (int, str)) or name is None else str(name),
             "feature_names": None if names is None else [str(n) for n in names],
             "public_key": keys.public_bytes.hex(),
+            "identity": None if identity is None else identity.public_bytes.hex(),
+            "key_signature": None if signature is None else signature.hex(),
             "version": __version__,
         }
         return to_content(reply)
@@ -266,6 +313,8 @@ class _Service:
         control, body, sealed = from_content(message.content, "step message")
         record = self._session(context, control)
         if control.get("begin"):
+            # The peers' keys are checked before this node seals or opens anything.
+            _verify_peers(control["begin"], context.node_config, record["session"])
             record["begin"] = json.dumps(control["begin"])
         if not record["begin"]:
             raise RuntimeError("this node got a step before learning its party number")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
+import weakref
 
 import numpy as np
 from sklearn.utils import check_random_state
@@ -30,6 +31,7 @@ from ..federation._inputs import _check_client_sizes, _check_n_samples
 from ..federation._ledger import SERVER, Ledger
 from ..federation._runtime import Received, Runtime
 from ._codec import encode
+from ._crypto import fingerprint
 from ._wire import (
     DEFAULT_ALLOWED_MODULES,
     FINISH,
@@ -293,6 +295,10 @@ class FlowerRuntime(Runtime):
         Features held by every client.
     public_keys : list of str
         Every party's X25519 public key (hex), from the handshake.
+    identities : list of (str or None, str or None), default=None
+        Every party's identity key and its signature of the per-fit key
+        (hex), from the handshake; relayed to every party, which checks them
+        against its trusted identities.
     n_clients : int
         Number of data-holding clients.
     timeout : float, default=600
@@ -314,6 +320,7 @@ class FlowerRuntime(Runtime):
         n_features,
         public_keys,
         n_clients,
+        identities=None,
         timeout=600.0,
         allowed_modules=DEFAULT_ALLOWED_MODULES,
         name="",
@@ -331,6 +338,7 @@ class FlowerRuntime(Runtime):
         self.client_columns = None
         self.seeds = np.asarray(seeds)
         self.public_keys = list(public_keys)
+        self.identities = list(identities or [(None, None)] * len(self.public_keys))
         self.timeout = timeout
         self.allowed_modules = tuple(allowed_modules)
         self.name = name
@@ -341,7 +349,7 @@ class FlowerRuntime(Runtime):
         self._pending = [[] for _ in range(self.n_parties)]
         self._begun = [False] * self.n_parties
         self._exchange = -1
-        self._received_ids = set()
+        self._delivered = weakref.WeakValueDictionary()
         #: Every sealed peer message the server relayed (what it holds of them).
         self.relayed = []
         self._t0 = time.perf_counter()
@@ -374,6 +382,7 @@ class FlowerRuntime(Runtime):
             "n_clients": self.n_clients,
             "seed": int(self.seeds[c]) if c < self.n_clients else None,
             "keys": {str(p): key for p, key in enumerate(self.public_keys)},
+            "identities": {str(p): list(pair) for p, pair in enumerate(self.identities)},
         }
 
     # -- client steps --------------------------------------------------------------
@@ -456,8 +465,8 @@ class FlowerRuntime(Runtime):
                 self._pending[int(peer)].append(("peer", tag, c, exchange, blob))
                 self.relayed.append(blob)
         received = Received(tag, sent)
-        self._received_ids.add(id(received))
-        self.trace.append((phase, tag, "client step", step.__name__, received))
+        self._delivered[id(received)] = received
+        self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))
         return received
 
     def _check_reply(self, control, send, sealed, c, node_id, name, exchange, what):
@@ -606,6 +615,15 @@ def _handshake(grid, nodes, session, timeout, transport):
                     party=None,
                     step="the handshake",
                 )
+        for key in ("identity", "key_signature"):
+            value = control.get(key)
+            if value is not None and not isinstance(value, str):
+                raise FlowerNodeError(
+                    f"node {node_id} sent a handshake with an invalid {key!r}",
+                    node_id=node_id,
+                    party=None,
+                    step="the handshake",
+                )
         hello.append({**control, "node_id": node_id})
     return hello
 
@@ -688,7 +706,9 @@ def fit_on_flower(
         ``communication_``, ...) and no ``labels_``. Also set:
         ``transport_`` (bytes Flower's records carried, see
         :class:`Transport`), ``client_nodes_`` (the Flower node of every
-        party) and ``client_outputs_`` (rows of each output every node wrote).
+        party), ``client_identities_`` (the fingerprint of every party's
+        identity key, ``None`` for a node without one) and ``client_outputs_``
+        (rows of each output every node wrote).
     """
     require_flwr()
     if not hasattr(estimator, "_run_protocol"):
@@ -755,6 +775,7 @@ def fit_on_flower(
         client_sizes=info.client_sizes,
         n_features=info.n_features,
         public_keys=[h["public_key"] for h in hello],
+        identities=[(h.get("identity"), h.get("key_signature")) for h in hello],
         n_clients=info.n_clients,
         timeout=timeout,
         allowed_modules=allowed_modules,
@@ -772,9 +793,18 @@ def fit_on_flower(
             f"Flower federation of {info.n_clients} clients ({n_parties} parties), "
             f"{info.n_samples} samples, {info.n_features} features"
         )
+        for party, (node_id, (identity, _)) in enumerate(zip(runtime.node_ids, runtime.identities)):
+            # Printed so that a person can compare each party's identity with
+            # the one its operator announced out of band.
+            who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
+            runtime.stage(f"party {party}: node {node_id}, {who}")
         estimator._fit_runtime(runtime, random_state)
         written = runtime.finish()
     estimator.transport_ = runtime.transport_report()
     estimator.client_nodes_ = np.asarray(runtime.node_ids, dtype=np.uint64)
+    estimator.client_identities_ = [
+        None if identity is None else fingerprint(bytes.fromhex(identity))
+        for identity, _ in runtime.identities
+    ]
     estimator.client_outputs_ = written
     return estimator
