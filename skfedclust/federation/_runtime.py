@@ -36,6 +36,7 @@ import logging
 import sys
 import time
 import types
+import weakref
 from collections.abc import Mapping
 
 import numpy as np
@@ -300,11 +301,13 @@ class Runtime:
         """Run a server step on received messages and public constants.
 
         Every positional argument must be a :class:`Received` this runtime
-        produced (its ``run`` registers them in ``_received_ids``), so a server
-        step can be fed only what the ledger recorded as sent.
+        produced (its ``run`` registers them in ``_delivered``), so a server
+        step can be fed only what the ledger recorded as sent. The registry
+        holds them weakly: a streamed upload is freed once its block is
+        decoded.
         """
         for r in received:
-            if not isinstance(r, Received) or id(r) not in self._received_ids:
+            if not isinstance(r, Received) or self._delivered.get(id(r)) is not r:
                 raise TypeError(
                     f"server step {step.__name__} must receive messages delivered by this "
                     f"runtime (Received), got {type(r).__name__}"
@@ -409,9 +412,10 @@ class InProcessRuntime(Runtime):
         self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
         self._t0 = time.perf_counter()
-        #: One entry per exchange: (phase, tag, kind, step name, Received or None).
+        #: One entry per exchange: (phase, tag, kind, step name, senders or None).
+        #: It keeps no payload alive.
         self.trace = []
-        self._received_ids = set()
+        self._delivered = weakref.WeakValueDictionary()
 
     # -- client steps ------------------------------------------------------------
     def _targets(self, clients):
@@ -508,8 +512,8 @@ class InProcessRuntime(Runtime):
                 self.ledger.record(payload, sender=c, receiver=peer, tag=tag)
                 self._inboxes[peer].setdefault(tag, {})[c] = payload
         received = Received(tag, sent)
-        self._received_ids.add(id(received))
-        self.trace.append((phase, tag, "client step", step.__name__, received))
+        self._delivered[id(received)] = received
+        self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))
         return received
 
     # -- server messages -------------------------------------------------------------
