@@ -682,6 +682,99 @@ def test_simulation_runtime_matches_in_process_and_names_a_failing_node(tmp_path
 
 
 # --------------------------------------------------------------------------- #
+# FedSC: the received coefficients, private noise drawn on the nodes
+# --------------------------------------------------------------------------- #
+def _fedsc(**kw):
+    from skfedclust import FedSpectralClustering
+
+    return FedSpectralClustering(4, n_rounds=3, kmeans_n_init=5, random_state=0, **kw)
+
+
+def _differ(a, b):
+    return a.shape != b.shape or not np.allclose(a, b)
+
+
+FEDSC_NOISE = {
+    "factors": dict(privacy="factors", noise_ratio=0.1),
+    "data": dict(privacy="data", epsilon=0.5, delta=1e-5, clip_norm=20.0),
+}
+
+
+def test_fedsc_on_flower_is_the_in_process_fit_and_its_noise_is_the_nodes():
+    clients = _clients()
+    reference = _fedsc().fit(clients)
+    estimator, memory, _ = _local_fit(_fedsc(), clients)
+    # The server stacks what it received client by client: the in-process fit exactly.
+    np.testing.assert_array_equal(estimator.coef_, reference.coef_)
+    np.testing.assert_array_equal(estimator.stacked_labels_, reference.labels_)
+    np.testing.assert_array_equal(estimator.objective_history_, reference.objective_history_)
+    _assert_same_communication(estimator.communication_, reference.communication_)
+    np.testing.assert_array_equal(memory.rows("labels", 4), reference.labels_)
+    assert not hasattr(estimator, "labels_")
+    X = np.vstack(clients)
+    np.testing.assert_array_equal(estimator.predict(X), reference.predict(X))
+    for kw in FEDSC_NOISE.values():
+        reference = _fedsc(**kw).fit(clients)
+        first, _, _ = _local_fit(_fedsc(**kw), clients)
+        second, _, _ = _local_fit(_fedsc(**kw), clients)
+        # Same random_state, yet every node drew its noise from its operating
+        # system: the coefficients the server received differ; the bytes do not.
+        assert _differ(first.coef_, second.coef_)
+        for fit in (first, second):
+            assert _differ(fit.coef_, reference.coef_)
+            _assert_same_communication(fit.communication_, reference.communication_)
+            assert fit.noise_scales_.keys() == reference.noise_scales_.keys()
+        # A node's private-seed (tests only) fixes its noise.
+        seeds = [11, 12, 13, 14]
+        fixed = [_local_fit(_fedsc(**kw), clients, private_seeds=seeds)[0] for _ in range(2)]
+        np.testing.assert_array_equal(fixed[0].coef_, fixed[1].coef_)
+
+
+def test_fedsc_under_the_simulation_runtime(tmp_path):
+    from flwr.simulation import run_simulation
+
+    clients = _clients()
+    for i, block in enumerate(clients):
+        np.save(tmp_path / f"client_{i}.npy", block)
+    client_app = make_client_app(
+        FileLoader(str(tmp_path / "client_{partition-id}.npy")),
+        save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
+    )
+    estimators = [_fedsc(), _fedsc(**FEDSC_NOISE["factors"]), _fedsc(**FEDSC_NOISE["factors"])]
+    labels = []
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid, context):
+        for estimator in estimators:
+            fit_on_flower(estimator, grid, n_nodes=4, timeout=120)
+            labels.append(np.concatenate([np.load(tmp_path / f"labels_{i}.npy") for i in range(4)]))
+
+    run_simulation(
+        server_app,
+        client_app,
+        num_supernodes=4,
+        backend_config={
+            "client_resources": {"num_cpus": 1},
+            "init_args": {"num_cpus": 2, "include_dashboard": False},
+        },
+    )
+    assert len(labels) == 3
+    # Without noise: the in-process labels, written on the nodes, and the same bytes.
+    reference = _fedsc().fit(clients)
+    np.testing.assert_array_equal(labels[0], reference.labels_)
+    np.testing.assert_array_equal(estimators[0].coef_, reference.coef_)
+    _assert_same_communication(estimators[0].communication_, reference.communication_)
+    # With noise: the same bytes, but each fit's nodes drew their own noise.
+    noisy = _fedsc(**FEDSC_NOISE["factors"]).fit(clients)
+    for estimator, rows in zip(estimators[1:], labels[1:]):
+        _assert_same_communication(estimator.communication_, noisy.communication_)
+        assert _differ(estimator.coef_, noisy.coef_)
+        assert rows.shape == (240,)
+    assert _differ(estimators[1].coef_, estimators[2].coef_)
+
+
+# --------------------------------------------------------------------------- #
 # A real deployment: SuperLink, three SuperNodes, flwr run
 # --------------------------------------------------------------------------- #
 def _free_ports(n):
