@@ -1072,3 +1072,58 @@ def test_keygen_writes_a_private_key_and_prints_a_trust_line(tmp_path, capsys):
     assert load_trusted_identities(trust) == {key.fingerprint: "hospital-a"}
     with pytest.raises(SystemExit):
         main(["keygen", str(path)])
+
+
+# --------------------------------------------------------------------------- #
+# Node policies
+# --------------------------------------------------------------------------- #
+def _fit_with_policy(estimator, clients, **policy):
+    configs = [{"partition-id": i, **policy} for i in range(len(clients))]
+    return _fit_with_configs(estimator, clients, configs)
+
+
+def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
+    # FFCM seeds are rows: with n_clusters = a node's row count, the seed
+    # client would upload every row it holds.
+    clients = _clients()
+    harvest = FederatedFuzzyCMeans(n_clusters=60, random_state=0)
+    with pytest.raises(FlowerNodeError, match=r"would send rows of this node verbatim"):
+        _fit_with_policy(harvest, clients, **{"refuse-raw-rows": "true"})
+    with pytest.raises(FlowerNodeError, match=r"would send 60 vectors .* 60 rows"):
+        _fit_with_policy(
+            FederatedFuzzyCMeans(n_clusters=60, random_state=0),
+            clients,
+            **{"min-rows-per-vector": 5},
+        )
+    # The same policies let a summarising method through.
+    estimator, _ = _fit_with_policy(
+        KFed(n_clusters=4, random_state=0),
+        clients,
+        **{"refuse-raw-rows": "true", "min-rows-per-vector": 5},
+    )
+    assert estimator.cluster_centers_.shape == (4, 2)
+
+
+def test_a_node_refuses_a_method_its_policy_does_not_allow_at_the_handshake():
+    clients = _clients()
+    with pytest.raises(FlowerNodeError, match=r"handshake.*allows the methods KFed, FeCA"):
+        _fit_with_policy(MAvg(n_clusters=4), clients, **{"allowed-methods": "KFed, FeCA"})
+    estimator, _ = _fit_with_policy(
+        FeCA(n_clusters=4, random_state=0), clients, **{"allowed-methods": "KFed, FeCA"}
+    )
+    assert estimator.n_clusters_ == 4
+
+
+def test_node_policy_fields_are_checked():
+    from skfedclust.flower._policy import NodePolicy
+
+    with pytest.raises(ValueError, match="allowed-methods names 'KMeans'"):
+        NodePolicy.from_node_config({"allowed-methods": "KMeans"})
+    with pytest.raises(ValueError, match="refuse-raw-rows='maybe'"):
+        NodePolicy.from_node_config({"refuse-raw-rows": "maybe"})
+    with pytest.raises(ValueError, match="min-rows-per-vector must be >= 1"):
+        NodePolicy.from_node_config({"min-rows-per-vector": 0})
+    policy = NodePolicy.from_node_config({"allowed-methods": "KFed"})
+    policy.check_step("skfedclust.methods._centroid_steps:label_by_nearest_center")
+    with pytest.raises(PermissionError, match="belongs to none of them"):
+        policy.check_step("skfedclust.methods._ffcm:ffcm_seed_centers")

@@ -27,6 +27,7 @@ from ..federation._inputs import _feature_names, check_client_array
 from ..federation._runtime import Party, _check_reply, _run_step
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
+from ._policy import NodePolicy
 from ._wire import (
     DEFAULT_ALLOWED_MODULES,
     ERROR_REFUSED,
@@ -268,6 +269,8 @@ class _Service:
     # -- handlers ----------------------------------------------------------------
     def hello(self, message, context):
         control, _, _ = from_content(message.content, "handshake")
+        # Refused here, before the node loads or reveals anything of its data.
+        NodePolicy.from_node_config(context.node_config).check_method(str(control.get("method")))
         data, names = self.data(context)
         keys = _crypto.KeyPair()
         context.state[NODE] = ConfigRecord(
@@ -323,6 +326,8 @@ class _Service:
         if int(control["party"]) != party:
             raise RuntimeError(f"a step for party {control['party']} reached party {party}")
         step = resolve_step(control["step"], self.allowed_modules)
+        policy = NodePolicy.from_node_config(context.node_config)
+        policy.check_step(control["step"])
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
         last = {int(k): v for k, v in json.loads(record["last"]).items()}
@@ -365,6 +370,7 @@ class _Service:
         state = _load_state(context)
         reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
+        policy.check_outgoing(data, reply.send, reply.to_peers, control["step"])
         state.update(reply.keep)
         _save_state(context, state)
         if reply.output:
@@ -469,6 +475,19 @@ def make_client_app(
         Packages whose module-level client steps the node runs.
     app : ClientApp, default=None
         Add the handlers to this ClientApp instead of a new one.
+
+    Notes
+    -----
+    Besides what ``load_data`` and ``save_output`` read, the node config may
+    hold:
+
+    * ``identity-key`` and ``trusted-identities``: the node's identity key
+      file and the identities it trusts (peer keys are refused unless signed
+      by one of them);
+    * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``: the
+      node's policy (:mod:`skfedclust.flower._policy`), checked before it
+      answers any request;
+    * ``private-seed``: fixes the node's private randomness (tests only).
 
     Returns
     -------

@@ -589,9 +589,14 @@ def _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout):
         time.sleep(0.2)
 
 
-def _handshake(grid, nodes, session, timeout, transport):
+def _handshake(grid, nodes, session, timeout, transport, method=None):
+    # The method is named up front so that a node whose policy does not allow
+    # it refuses before the fit starts.
     messages = [
-        Message(to_content({"session": session}), dst_node_id=n, message_type=HELLO) for n in nodes
+        Message(
+            to_content({"session": session, "method": method}), dst_node_id=n, message_type=HELLO
+        )
+        for n in nodes
     ]
     replies = _exchange(
         grid,
@@ -726,7 +731,7 @@ def fit_on_flower(
     transport = Transport()
 
     nodes = _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout)
-    hello = _order(_handshake(grid, nodes, session, timeout, transport))
+    hello = _order(_handshake(grid, nodes, session, timeout, transport, method=name))
     others = [h["node_id"] for h in hello if h.get("version") != __version__]
     if others:
         warnings.warn(
