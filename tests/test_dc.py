@@ -19,7 +19,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 import skfedclust.methods._dc as dc_module
 from skfedclust import DCClustering
-from skfedclust.federation import SERVER
+from skfedclust.federation import SERVER, Party
 from skfedclust.metrics import clustering_accuracy
 from skfedclust.partition import HybridPartition, VerticalPartition
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
@@ -52,6 +52,48 @@ def three_rings(n_per_ring, seed):
     return X, np.repeat([0, 1, 2], n_per_ring)
 
 
+class Parties:
+    """What the parties of a recorded in-process fit kept, for the tests only.
+
+    The estimator holds only what the analyst holds; the anchors and the
+    private maps are read here from the parties' own states
+    (``InProcessRuntime.private_states``), as a test that inspects the
+    protocol may.
+    """
+
+    def __init__(self, runtime, est):
+        self.runtime = runtime
+        self.states = runtime.private_states()
+        self.est = est
+
+    @property
+    def anchors(self):
+        """The full anchor matrix, joined from the slices of row group 0's parties."""
+        group = self.est.row_groups_[0]
+        n_anchors = len(self.states[group[0]][dc_module.TAG_SLICE])
+        anchors = np.empty((n_anchors, self.est.n_features_in_))
+        for c, cols in zip(group, self.est.feature_blocks_):
+            anchors[:, cols] = self.states[c][dc_module.TAG_SLICE]
+        return anchors
+
+    def f(self, c):
+        """Party ``c``'s private map."""
+        return self.states[c]["f"]
+
+    @property
+    def order(self):
+        """Input row of every row of the analyst's stacking."""
+        rows = self.runtime._federation.client_rows
+        return np.concatenate([rows[group[0]] for group in self.est.row_groups_])
+
+
+def fit_with_parties(est, X, **fit_params):
+    """Fit ``est`` on a recording runtime; return it and its parties."""
+    with recording_runtime() as runtimes:
+        est.fit(X, **fit_params)
+    return est, Parties(runtimes[-1], est)
+
+
 class RotateShift(TransformerMixin, BaseEstimator):
     """An invertible affine map: a random rotation plus a shift."""
 
@@ -75,20 +117,26 @@ class RotateShift(TransformerMixin, BaseEstimator):
 def test_lossless_collaborative_representation_is_exact(iris, anchor_range):
     """§8.1: lossless f gives X_hat = [X, 1] pinv([X_anc, 1]) U_1 for every row group."""
     X, _ = iris
-    dc = DCClustering(
-        3,
-        partition=iris_lattice(0),
-        n_components_intermediate=None,
-        anchor_range=anchor_range,
-        random_state=0,
-    ).fit(X)
+    dc, parties = fit_with_parties(
+        DCClustering(
+            3,
+            partition=iris_lattice(0),
+            n_components_intermediate=None,
+            anchor_range=anchor_range,
+            random_state=0,
+        ),
+        X,
+    )
     assert dc.n_components_collab_ == X.shape[1] + 1
+    # The analyst's rows, row group by row group; the pooled rows in that order.
+    X = X[parties.order]
     X_hat = dc.collaborative_representation_
-    expected = augmented(X) @ np.linalg.pinv(augmented(dc.anchors_)) @ dc.target_
+    anchors = parties.anchors
+    expected = augmented(X) @ np.linalg.pinv(augmented(anchors)) @ dc.target_
     assert np.abs(X_hat - expected).max() < 1e-10 * np.abs(X_hat).max()
 
     # Distances are Mahalanobis distances under the anchors' covariance.
-    A_c = dc.anchors_ - dc.anchors_.mean(axis=0)
+    A_c = anchors - anchors.mean(axis=0)
     metric = np.linalg.inv(A_c.T @ A_c)
     pairs = np.random.RandomState(0).randint(len(X), size=(50, 2))
     diff = X[pairs[:, 0]] - X[pairs[:, 1]]
@@ -101,9 +149,11 @@ def test_lossless_geometry_does_not_depend_on_f(iris):
     """§8.1: any invertible affine f gives the same collaborative geometry."""
     X, _ = iris
     kwargs = dict(partition=iris_lattice(1), random_state=1)
-    pca = DCClustering(3, n_components_intermediate=None, **kwargs).fit(X)
-    rot = DCClustering(3, intermediate=RotateShift(), **kwargs).fit(X)
-    np.testing.assert_allclose(pca.anchors_, rot.anchors_)
+    pca, pca_parties = fit_with_parties(
+        DCClustering(3, n_components_intermediate=None, **kwargs), X
+    )
+    rot, rot_parties = fit_with_parties(DCClustering(3, intermediate=RotateShift(), **kwargs), X)
+    np.testing.assert_allclose(pca_parties.anchors, rot_parties.anchors)
     d_pca = pdist(pca.collaborative_representation_)
     d_rot = pdist(rot.collaborative_representation_)
     assert np.abs(d_pca - d_rot).max() < 1e-10 * d_pca.max()
@@ -117,15 +167,17 @@ def test_anchor_alignment(iris):
         3, partition=iris_lattice(2), n_components_intermediate=None, random_state=2
     ).fit(X)
     assert lossless.anchor_alignment_error_.max() < 1e-10
-    lossy = DCClustering(3, partition=iris_lattice(2), random_state=2).fit(X)
+    lossy, parties = fit_with_parties(DCClustering(3, partition=iris_lattice(2), random_state=2), X)
     errors = lossy.anchor_alignment_error_
     assert errors.shape == (10,)
-    assert 1e-6 < errors.max() < 0.5 * np.sqrt(lossy.n_components_collab_)
+    # Below the target's norm sqrt(m_hat): about half of it on these splits, whatever
+    # anchors the coordinator draws.
+    assert 1e-6 < errors.max() < 0.75 * np.sqrt(lossy.n_components_collab_)
     # The reported residual is the one of the stored map and target.
     group = lossy.row_groups_[3]
     anchor_tilde = np.hstack(
         [
-            lossy.intermediate_transformers_[c].transform(lossy.anchors_[:, cols])
+            parties.f(c).transform(parties.anchors[:, cols])
             for c, cols in zip(group, lossy.feature_blocks_)
         ]
     )
@@ -137,15 +189,20 @@ def test_anchor_alignment(iris):
 def test_kmeans_equals_kmeans_on_whitened_data(iris, seed):
     """§8.3: lossless DC k-means = k-means on X (A_c^T A_c)^(-1/2), ARI = 1."""
     X, _ = iris
-    dc = DCClustering(
-        3, partition=iris_lattice(seed), n_components_intermediate=None, random_state=seed
-    ).fit(X)
-    A_c = dc.anchors_ - dc.anchors_.mean(axis=0)
-    whitened = X @ np.real(sqrtm(np.linalg.inv(A_c.T @ A_c)))
+    dc, parties = fit_with_parties(
+        DCClustering(
+            3, partition=iris_lattice(seed), n_components_intermediate=None, random_state=seed
+        ),
+        X,
+    )
+    A_c = parties.anchors - parties.anchors.mean(axis=0)
+    whitened = X[parties.order] @ np.real(sqrtm(np.linalg.inv(A_c.T @ A_c)))
     km_hat = KMeans(3, n_init=10, random_state=seed).fit(dc.collaborative_representation_)
     km_white = KMeans(3, n_init=10, random_state=seed).fit(whitened)
     assert adjusted_rand_score(km_hat.labels_, km_white.labels_) == 1.0
-    assert adjusted_rand_score(dc.labels_, km_white.labels_) == 1.0
+    assert adjusted_rand_score(dc.analyst_labels_, km_white.labels_) == 1.0
+    # The parties' labels, in input order, are the analyst's.
+    np.testing.assert_array_equal(dc.labels_[parties.order], dc.analyst_labels_)
 
 
 def isotropic_anchors(n_anchors, n_features, seed):
@@ -226,10 +283,10 @@ def recording_downloads(monkeypatch):
         yield runtimes, sent
 
 
-def upload_bytes(est):
+def upload_bytes(est, n_anchors):
     """§5: party (i, j) uploads X_tilde and anchor_tilde, (n_i + r) m_tilde_ij float64."""
     return lambda rt: sum(
-        8 * (int(n_i) + len(est.anchors_)) * int(m_tilde)
+        8 * (int(n_i) + n_anchors) * int(m_tilde)
         for n_i, m_tilde in zip(rt.client_sizes, est.n_components_intermediate_)
     )
 
@@ -266,7 +323,7 @@ def test_one_round_one_upload_and_one_download_per_party(iris, clusterer):
         est,
         X,
         rounds=1,
-        bytes_up=upload_bytes(est),
+        bytes_up=upload_bytes(est, len(X)),
         bytes_down=download_bytes(est, 3),
         bytes_peer=uniform_anchor_peer_bytes,
     )
@@ -287,7 +344,7 @@ def test_one_round_one_upload_and_one_download_per_party(iris, clusterer):
     # Every upload carries exactly X_tilde and anchor_tilde.
     for party, (X_tilde, anchor_tilde) in upload_of(runtime).items():
         assert X_tilde.shape == (est.client_sizes_[party], est.n_components_intermediate_[party])
-        assert anchor_tilde.shape == (len(est.anchors_), est.n_components_intermediate_[party])
+        assert anchor_tilde.shape == (len(X), est.n_components_intermediate_[party])
 
 
 def test_given_anchors_are_sliced_by_the_coordinator():
@@ -304,7 +361,7 @@ def test_given_anchors_are_sliced_by_the_coordinator():
         est,
         grid,
         rounds=1,
-        bytes_up=upload_bytes(est),
+        bytes_up=upload_bytes(est, len(anchors)),
         bytes_down=download_bytes(est, 3),
         bytes_peer=slice_bytes,
     )
@@ -314,7 +371,7 @@ def test_given_anchors_are_sliced_by_the_coordinator():
 def test_one_party_has_no_set_up():
     X = np.random.RandomState(0).normal(size=(30, 3))
     est = DCClustering(2, partition=1, random_state=0)
-    check_protocol(est, X, rounds=1, bytes_up=upload_bytes(est), bytes_peer=0)
+    check_protocol(est, X, rounds=1, bytes_up=upload_bytes(est, len(X)), bytes_peer=0)
     assert est.communication_["setup_rounds"] == 0
 
 
@@ -347,7 +404,7 @@ def test_analyst_receives_only_reduced_matrices(iris):
         X_tilde, anchor_tilde = upload
         # Two features per party, reduced to one dimension.
         assert X_tilde.shape == (dc.client_sizes_[party], 1)
-        assert anchor_tilde.shape == (len(dc.anchors_), 1)
+        assert anchor_tilde.shape == (len(X), 1)
     # Nothing else crossed to the server.
     assert {m.tag for m in runtime.ledger.messages if m.receiver == SERVER} == {
         dc_module.TAG_UPLOAD
@@ -380,6 +437,7 @@ def test_party_labels_equal_analyst_labels(monkeypatch, clusterer):
     dc = DCClustering(3, clusterer=clusterer, random_state=3).fit(grid)
     # A grid numbers rows row group by row group, the analyst's stacking order.
     assert np.array_equal(dc.labels_, captured["result"][2])
+    assert np.array_equal(dc.analyst_labels_, captured["result"][2])
 
 
 # --------------------------------------------------------------------------- #
@@ -441,28 +499,51 @@ def two_by_two_grid(seed=0, sizes=(30, 45)):
     return grid, np.vstack(rows), np.concatenate(truth)
 
 
-def grid_seeds_then_anchor_seed(random_state, n_parties):
-    """The anchor seed of a grid fit: drawn right after the parties' seeds."""
-    rs = np.random.RandomState(random_state)
-    rs.randint(np.iinfo(np.int32).max, size=n_parties, dtype=np.int64)
-    return rs.randint(np.iinfo(np.int32).max)
+@contextlib.contextmanager
+def recording_recipes(monkeypatch):
+    """Record every anchor recipe the parties draw their anchor columns from."""
+    recipes = []
+    generate = dc_module.generate_anchor_columns
+
+    def spy(recipe, columns, n_anchors):
+        recipes.append(recipe)
+        return generate(recipe, columns, n_anchors)
+
+    monkeypatch.setattr(dc_module, "generate_anchor_columns", spy)
+    yield recipes
 
 
 @pytest.mark.parametrize("anchor_range", ["per_feature", "global"])
-def test_step0_anchors_from_every_partys_range(anchor_range):
+def test_step0_anchors_from_every_partys_range(monkeypatch, anchor_range):
     """Step 0 (§2.1): uniform anchors over [min_k, max_k] of the whole X, r = n.
 
     The coordinator combines every party's minima and maxima; each feature has
-    its own stream, so every party regenerates the same anchor rows.
+    its own stream, so every party regenerates the same anchor rows. The
+    recipe's seed is the coordinator's private draw, not a public seed.
     """
     grid, X, _ = two_by_two_grid()
-    dc = DCClustering(4, anchor_range=anchor_range, random_state=0).fit(grid)
+    with recording_recipes(monkeypatch) as recipes:
+        dc, parties = fit_with_parties(
+            DCClustering(4, anchor_range=anchor_range, random_state=0), grid
+        )
     low, high = X.min(axis=0), X.max(axis=0)
     if anchor_range == "global":
         low, high = np.full(4, X.min()), np.full(4, X.max())
-    recipe = {"seed": grid_seeds_then_anchor_seed(0, 4), "low": low, "high": high}
-    expected = dc_module.generate_anchor_columns(recipe, np.arange(4), len(X))
-    np.testing.assert_array_equal(dc.anchors_, expected)
+    # The coordinator's own columns, then every other party's from the recipe it received.
+    assert len(recipes) == 4
+    seed = recipes[0]["seed"]
+    for recipe in recipes:
+        assert recipe["seed"] == seed
+        np.testing.assert_array_equal(recipe["low"], low)
+        np.testing.assert_array_equal(recipe["high"], high)
+    assert seed not in parties.runtime.seeds
+    coordinator = Party(0, parties.runtime.seeds[0], parties.runtime._private_entropy, stream=(2,))
+    assert seed == coordinator.rng.integers(np.iinfo(np.int32).max)
+    expected = dc_module.generate_anchor_columns(recipes[0], np.arange(4), len(X))
+    np.testing.assert_array_equal(parties.anchors, expected)
+    for c in range(4):
+        cols = dc.feature_blocks_[c % 2]
+        np.testing.assert_array_equal(parties.states[c][dc_module.TAG_SLICE], expected[:, cols])
 
 
 @pytest.mark.parametrize("anchors", ["uniform", "given"])
@@ -470,30 +551,33 @@ def test_step0_every_party_uses_the_same_anchor_rows(iris, anchors):
     """Step 0: party (i, j) reduces exactly the columns of its features of the shared anchors."""
     X, _ = iris
     given = np.random.RandomState(0).uniform(0, 8, size=(60, 4))
-    with recording_runtime() as runtimes:
-        dc = DCClustering(
+    dc, parties = fit_with_parties(
+        DCClustering(
             3,
             anchors=given if anchors == "given" else anchors,
             partition=iris_lattice(4, n_row_groups=3),
             random_state=4,
-        ).fit(X)
+        ),
+        X,
+    )
     if anchors == "given":
-        np.testing.assert_array_equal(dc.anchors_, given)
-    uploads = upload_of(runtimes[-1])
+        np.testing.assert_array_equal(parties.anchors, given)
+    uploads = upload_of(parties.runtime)
     for group in dc.row_groups_:
         for c, cols in zip(group, dc.feature_blocks_):
-            f = dc.intermediate_transformers_[c]
             np.testing.assert_allclose(
-                uploads[c][1], f.transform(dc.anchors_[:, cols]), rtol=1e-10, atol=1e-10
+                uploads[c][1],
+                parties.f(c).transform(parties.anchors[:, cols]),
+                rtol=1e-10,
+                atol=1e-10,
             )
 
 
 def test_step1_f_is_fitted_on_the_partys_own_block_and_applied_to_the_anchors():
     """Step 1 (§2.2): f = standardise + PCA(m_j - 1) fitted on X_ij only, applied unchanged."""
     grid, _, _ = two_by_two_grid()
-    with recording_runtime() as runtimes:
-        dc = DCClustering(4, random_state=0).fit(grid)
-    uploads = upload_of(runtimes[-1])
+    dc, parties = fit_with_parties(DCClustering(4, random_state=0), grid)
+    uploads = upload_of(parties.runtime)
     blocks = [block for row_group in grid for block in row_group]
     for c, X_c in enumerate(blocks):
         f = make_pipeline(StandardScaler(), PCA(n_components=X_c.shape[1] - 1))
@@ -501,7 +585,7 @@ def test_step1_f_is_fitted_on_the_partys_own_block_and_applied_to_the_anchors():
         np.testing.assert_allclose(X_tilde, f.fit_transform(X_c), rtol=1e-10, atol=1e-12)
         cols = dc.feature_blocks_[c % 2]
         np.testing.assert_allclose(
-            anchor_tilde, f.transform(dc.anchors_[:, cols]), rtol=1e-10, atol=1e-12
+            anchor_tilde, f.transform(parties.anchors[:, cols]), rtol=1e-10, atol=1e-12
         )
 
 
@@ -695,9 +779,13 @@ def test_step5_each_party_gets_the_centroids_and_its_row_groups_rows(monkeypatch
             theta, Z_i = downloads[c]
             np.testing.assert_array_equal(theta, centers)
             np.testing.assert_array_equal(Z_i, Z[bounds[i] : bounds[i + 1]])
-    party_labels = runtimes[-1].client_outputs("labels")
-    for group in dc.row_groups_:
-        np.testing.assert_array_equal(party_labels[group[0]], party_labels[group[1]])
+    # One party per row group hands the labels to its user: the first.
+    outputs = runtimes[-1].party_outputs()
+    for i, group in enumerate(dc.row_groups_):
+        np.testing.assert_array_equal(
+            outputs[group[0]]["labels"], analyst_labels[bounds[i] : bounds[i + 1]]
+        )
+        assert all("labels" not in outputs[c] for c in group[1:])
     # A grid numbers rows row group by row group, the analyst's stacking order.
     np.testing.assert_array_equal(dc.labels_, analyst_labels)
     np.testing.assert_array_equal(dc.collaborative_representation_, captured["X_hat"])
@@ -765,10 +853,12 @@ def test_client_list_and_client_ids_are_row_groups(iris):
     assert by_ids.row_groups_ == [[0], [1], [2]]
     clients = [X[ids == g] for g in range(3)]
     by_list = DCClustering(3, random_state=0).fit(clients)
-    order = np.concatenate([np.flatnonzero(ids == g) for g in range(3)])
+    # The analyst stacks the row groups in order: the same rows either way.
     np.testing.assert_allclose(
-        by_ids.collaborative_representation_[order], by_list.collaborative_representation_
+        by_ids.collaborative_representation_, by_list.collaborative_representation_
     )
+    order = np.concatenate([np.flatnonzero(ids == g) for g in range(3)])
+    np.testing.assert_array_equal(by_ids.labels_[order], by_list.labels_)
 
 
 def test_vertical_partition_is_one_row_group(iris):
@@ -811,11 +901,6 @@ def test_predict_on_training_rows(clusterer):
     grid, X, _ = iris_grid(7, n_row_groups=3)
     dc = DCClustering(3, clusterer=clusterer, random_state=0).fit(grid)
     groups = np.repeat(np.arange(3), [len(g[0]) for g in grid])
-    np.testing.assert_allclose(
-        np.vstack([dc._collaborate_new(X[groups == g], g) for g in range(3)]),
-        dc.collaborative_representation_,
-        atol=1e-12,
-    )
     predicted = dc.predict(X, row_group=groups)
     if clusterer == "kmeans":
         assert np.array_equal(predicted, dc.labels_)
@@ -823,8 +908,17 @@ def test_predict_on_training_rows(clusterer):
         assert (predicted == dc.labels_).mean() > 0.9
 
 
+#: predict runs with the parties of the fit, which are not pickled.
+PICKLING = {
+    "check_estimators_pickle": "predict needs the parties' private maps, which are not pickled"
+}
+
+
 def test_one_party_passes_check_estimator():
-    for result in check_estimator(DCClustering(partition=1), on_fail=None):
+    results = check_estimator(
+        DCClustering(partition=1), on_fail=None, expected_failed_checks=PICKLING
+    )
+    for result in results:
         assert result["status"] != "failed", (result["check_name"], result["exception"])
 
 
@@ -875,14 +969,15 @@ def test_lossy_default_keeps_one_dimension_less_per_party(iris):
 
 
 def test_given_anchors_are_copied():
-    """anchors_ does not share memory with the caller's array."""
+    """The parties' anchor columns do not share memory with the caller's array."""
     X = np.random.RandomState(0).normal(size=(40, 4))
     anchors = np.random.RandomState(1).uniform(-2, 2, size=(50, 4))
-    dc = DCClustering(2, anchors=anchors, random_state=0).fit(X)
-    assert not np.shares_memory(dc.anchors_, anchors)
-    kept = dc.anchors_.copy()
+    dc, parties = fit_with_parties(DCClustering(2, anchors=anchors, random_state=0), X)
+    kept = parties.anchors
+    for state in parties.states:
+        assert not np.shares_memory(state[dc_module.TAG_SLICE], anchors)
     anchors[:] = 0.0
-    np.testing.assert_array_equal(dc.anchors_, kept)
+    np.testing.assert_array_equal(parties.anchors, kept)
 
 
 def test_predict_rejects_bad_row_groups_and_widths():

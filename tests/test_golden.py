@@ -109,6 +109,15 @@ EXPECTED_CHANGES: dict[tuple[str, str], str] = {
         for estimator in ("KFed", "FeCA", "MAvg")
         for key in ("bytes_up", "bytes_total", "per_client")
     },
+    **{
+        ("DCClustering", field): (
+            "DC's anchor-recipe seed is now the coordinating party's private draw and any "
+            "randomness of the private maps comes from each party's private generator (both "
+            "were public seeds): other anchors, and random_state no longer draws an anchor seed "
+            "before the analyst's clustering"
+        )
+        for field in ("labels_", "cluster_centers_", "predict")
+    },
     ("OmniFCClustering", "communication_"): (
         "OmniFC on the runtime: a common offset by secure aggregation first (pairwise masks as "
         "set-up, 8d-byte masked sums up and the mean down, one round) and the share exchange "

@@ -10,6 +10,11 @@ reduced matrices. The analyst aligns the row groups through the anchors
 clustering rows of its own samples. One round: one upload and one download
 per party. The users agree on the anchors before the round, among
 themselves (set-up the analyst takes no part in).
+
+Every quantity crosses as a counted message; each party's private map, its
+anchor columns and the anchor recipe stay with the users. ``predict`` is a
+second protocol with the same parties: they map their new rows with the maps
+they kept.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from ..clusterers import nearest_center
-from ..federation import Reply
+from ..federation import Federation, InProcessRuntime, Reply
 from ._base import BaseFederatedClustering
 
 __all__ = ["DCClustering"]
@@ -45,6 +50,8 @@ TAG_RECIPE = "anchor recipe"
 TAG_SLICE = "anchor slice"
 TAG_UPLOAD = "intermediate representations"
 TAG_DOWNLOAD = "centroids and clustering rows"
+TAG_PREDICT_UP = "intermediate representations of new rows"
+TAG_PREDICT_DOWN = "labels of new rows"
 
 
 # ------------------------------------------------------------------ lattice
@@ -117,18 +124,19 @@ def dc_lattice(row_groups, columns, client_sizes, n_features):
 
 
 # ------------------------------------------------------------------ users
-def dc_party_join(data, inbox, state, party, *, columns, n_components, analyst_offset):
+def dc_party_join(data, inbox, state, party, *, columns, n_components, hands_labels):
     """Client step (no message): the party takes its place in the public lattice.
 
     It keeps the global indices of its features, its intermediate dimension
-    (``None`` for a user-supplied f) and where its row group starts in the
-    analyst's stacking of the row groups.
+    (``None`` for a user-supplied f) and whether it hands its row group's
+    labels to its user (one party per row group does: the parties of a row
+    group hold the same samples and get the same labels).
     """
     return Reply(
         keep={
             "columns": np.asarray(columns, dtype=np.intp),
             "n_components": n_components,
-            "analyst_offset": int(analyst_offset),
+            "hands_labels": bool(hands_labels),
         }
     )
 
@@ -151,7 +159,10 @@ def dc_user_anchor_spec(ranges, block_of_party, n_features, *, anchor_range, anc
 
     The recipe (a seed and one sampling range per feature) goes to the other
     users only; the analyst must never learn it, or it could regenerate the
-    anchors and fit every party's private f by least squares.
+    anchors and fit every party's private f by least squares. The seed is the
+    coordinator's private draw: a seed the analyst drew would give it the
+    anchors up to each feature's range, and with them every f up to a
+    per-feature scaling.
     """
     low = np.full(n_features, np.inf)
     high = np.full(n_features, -np.inf)
@@ -188,15 +199,16 @@ def dc_coordinator_anchor_recipe(
     block_of_party,
     n_features,
     anchor_range,
-    anchor_seed,
     n_anchors,
 ):
     """Set-up client step of the coordinating user: the anchor recipe, to the users only.
 
     Combines its own feature ranges with those the other parties sent (min
-    of the minima, max of the maxima), sends the recipe to every other
-    party and keeps its own anchor columns.
+    of the minima, max of the maxima), draws the recipe's seed from its
+    private generator, sends the recipe to every other party and keeps its
+    own anchor columns.
     """
+    anchor_seed = int(party.rng.integers(np.iinfo(np.int32).max))
     ranges = {**inbox.get(TAG_RANGE, {}), coordinator: _feature_range(data)}
     recipe = dc_user_anchor_spec(
         [ranges[c] for c in range(len(block_of_party))],
@@ -233,11 +245,16 @@ def _anchor_slice(inbox, state, n_anchors):
     return generate_anchor_columns(recipe, state["columns"], n_anchors)
 
 
-def make_intermediate_map(intermediate, n_components, seed):
-    """A party's private dimensionality reduction f (unfitted)."""
+def make_intermediate_map(intermediate, n_components, rng):
+    """A party's private dimensionality reduction f (unfitted).
+
+    Any randomness of f (PCA's randomized solver, a random projection given
+    as ``intermediate``) comes from ``rng``, the party's private generator:
+    a public seed would let the analyst rebuild f.
+    """
+    seed = int(rng.integers(np.iinfo(np.int32).max))
     if isinstance(intermediate, str):
-        # Standardise then PCA, as in all experiments of the paper. The party's
-        # seed makes f deterministic if PCA picks its randomized solver.
+        # Standardise then PCA, as in all experiments of the paper.
         return make_pipeline(StandardScaler(), PCA(n_components=n_components, random_state=seed))
     f = clone(intermediate)
     if "random_state" in f.get_params(deep=False):
@@ -249,10 +266,11 @@ def dc_party_intermediate(data, inbox, state, party, *, intermediate, n_anchors)
     """Client step: fit the private f on local data, reduce the data and the anchors.
 
     Sends ``(X_tilde, anchor_tilde)`` to the analyst (the only upload of the
-    protocol); f and the anchor columns stay with the party.
+    protocol); f, drawn from the party's private generator, and the anchor
+    columns stay with the party.
     """
     anchor_block = _anchor_slice(inbox, state, n_anchors)
-    f = make_intermediate_map(intermediate, state["n_components"], party.seed)
+    f = make_intermediate_map(intermediate, state["n_components"], party.rng)
     X_tilde = np.asarray(f.fit_transform(data), dtype=np.float64)
     if isinstance(intermediate, str):
         anchor_tilde = _scaled_pca_transform(f, anchor_block)
@@ -276,13 +294,27 @@ def _scaled_pca_transform(f, X):
 def dc_party_labels(data, inbox, state, party):
     """Client step: label the party's samples by the nearest downloaded centroid.
 
-    Nothing is sent. Besides its labels the party keeps where its rows sit in
-    the analyst's stacking, so that the simulation can put the analyst's
-    representation back in input order.
+    Nothing is sent. The party of its row group that hands the labels to its
+    user declares them as its output.
     """
     centers, Z_party = inbox[TAG_DOWNLOAD]
-    rows = state["analyst_offset"] + np.arange(len(Z_party))
-    return Reply(keep={"labels": nearest_center(Z_party, centers), "analyst rows": rows})
+    labels = nearest_center(Z_party, centers)
+    return Reply(output={"labels": labels} if state["hands_labels"] else None)
+
+
+def dc_party_predict_upload(data, inbox, state, party):
+    """Client step of predict: map the party's new rows with the f it kept.
+
+    Sends ``f(X_new)``, the intermediate representation of its features of
+    the new rows; f never leaves the party.
+    """
+    return Reply(send=np.asarray(state["f"].transform(data), dtype=np.float64))
+
+
+def dc_party_predict_labels(data, inbox, state, party):
+    """Client step of predict: take the labels of the new rows the analyst sent."""
+    labels = np.asarray(inbox[TAG_PREDICT_DOWN], dtype=np.intp)
+    return Reply(output={"labels": labels} if state["hands_labels"] else None)
 
 
 # ------------------------------------------------------------------ analyst
@@ -509,6 +541,68 @@ def dc_analyst_step(
     }
 
 
+def dc_analyst_predict(
+    uploads,
+    *,
+    groups,
+    alignment,
+    maps,
+    clusterer,
+    centers,
+    X_hat,
+    labels,
+    n_neighbors,
+):
+    """Server step of predict (analyst): label new rows from their parties' uploads.
+
+    Each row group's joined intermediate representations go through its map
+    g; a row then gets the nearest centroid (k-means) or the majority label
+    of its ``n_neighbors`` nearest training rows in the collaborative space
+    (spectral clustering, which has no out-of-sample rule).
+
+    Parameters
+    ----------
+    uploads : Received
+        ``f(X_new)`` of every party of the row groups that have new rows.
+    groups : list of list of int
+        Parties of each row group in block order.
+    alignment : {"affine", "linear"}
+        Form of the maps g.
+    maps : list of ndarray
+        The map g of each row group.
+    clusterer : {"kmeans", "spectral"}
+        The clustering of the fit.
+    centers : ndarray
+        Centroids of the fit (k-means).
+    X_hat, labels : ndarray
+        The analyst's training rows and their labels (spectral vote).
+    n_neighbors : int
+        Voters of the spectral rule.
+
+    Returns
+    -------
+    labels : dict
+        ``{row group: labels of its new rows}``.
+    """
+    vote = None
+    if clusterer == "spectral":
+        vote = KNeighborsClassifier(n_neighbors=min(n_neighbors, len(labels)))
+        vote.fit(X_hat, labels)
+    out = {}
+    for i, group in enumerate(groups):
+        if group[0] not in uploads:
+            continue
+        X_tilde = np.hstack([uploads[c] for c in group])
+        if alignment == "affine":
+            X_tilde = np.hstack([X_tilde, np.ones((len(X_tilde), 1))])
+        X_new = X_tilde @ maps[i]
+        if clusterer == "kmeans":
+            out[i] = nearest_center(X_new, centers)
+        else:
+            out[i] = vote.predict(X_new)
+    return out
+
+
 class DCClustering(BaseFederatedClustering):
     """DC-Clustering: one-round clustering over horizontally and vertically split data.
 
@@ -593,24 +687,34 @@ class DCClustering(BaseFederatedClustering):
     n_jobs : int, default=None
         Number of parallel party workers (joblib).
     random_state : int, RandomState instance or None, default=None
-        Seeds, in this order, the partition, every party's seed, the anchor
-        recipe and the analyst's clustering.
+        Seeds, in this order, the partition, every party's public seed and the
+        analyst's clustering. The parties' private generators (the anchor
+        recipe's seed, any randomness of the private maps) are derived from
+        it without drawing from it, so a fit is reproducible; the analyst's
+        side never sees them. On Flower each node draws its own.
     verbose : int, default=0
         Print progress per protocol stage.
 
     Attributes
     ----------
     labels_ : ndarray of shape (n_samples,)
-        Label of each input row, as computed by its parties.
+        Label of each input row, as computed and handed back by its row
+        group's first party (not set on Flower, where each node writes its
+        own).
     cluster_centers_ : ndarray of shape (n_clusters, n_components)
         Centroids in the clustering space: the collaborative space for
         k-means, the spectral embedding for spectral clustering.
     collaborative_representation_ : ndarray of shape (n_samples, m̂)
-        The analyst's aligned representation X̂, rows in input order.
+        The analyst's aligned representation X̂, in the analyst's row order:
+        row group by row group, each in its parties' row order. That is the
+        input order for a list of clients or a grid; for a pooled ``X`` with
+        a partition, the rows of row group 0 come first.
     embedding_ : ndarray of shape (n_samples, n_clusters)
-        Spectral embedding of X̂ (spectral mode only), rows in input order.
-    anchors_ : ndarray of shape (n_anchors, n_features)
-        The anchor data the users shared (the analyst never sees it).
+        Spectral embedding of X̂ (spectral mode only), in the analyst's row
+        order.
+    analyst_labels_ : ndarray of shape (n_samples,)
+        The analyst's clustering of X̂, in the analyst's row order (the
+        parties' labels, which they compute from the download, are the same).
     target_ : ndarray of shape (n_anchors, m̂)
         The common target the analyst aligns every row group's anchors to.
     collaboration_maps_ : list of ndarray
@@ -620,9 +724,6 @@ class DCClustering(BaseFederatedClustering):
     anchor_alignment_error_ : ndarray of shape (n_row_groups,)
         Frobenius residual of each row group's anchors mapped onto the target
         (zero up to rounding in the lossless case).
-    intermediate_transformers_ : list of estimator
-        Each party's fitted private f. They exist here only because this is a
-        simulation; the analyst's steps never receive them.
     n_components_intermediate_ : ndarray of shape (n_clients,)
         Intermediate dimension of each party.
     n_components_collab_ : int
@@ -653,11 +754,15 @@ class DCClustering(BaseFederatedClustering):
 
     Notes
     -----
-    ``predict`` is not part of the paper: new rows of a known row group are
-    mapped by that row group's parties' f and the analyst's g, then assigned
-    to the nearest centroid (k-means) or by a vote of their ``n_neighbors``
-    nearest training rows in the collaborative space (spectral). In a
-    deployment that is one more round per batch.
+    The fitted attributes are what the analyst holds. The anchors and every
+    party's private map f stay with the users: there is no ``anchors_`` and
+    no fitted f. ``predict`` is not part of the paper: it runs a second
+    protocol with the parties that fitted the model, which map the new rows
+    with the f they kept; the analyst applies its g and assigns them to the
+    nearest centroid (k-means) or by a vote of their ``n_neighbors`` nearest
+    training rows in the collaborative space (spectral). The parties live in
+    the process that ran ``fit`` and are not pickled: an unpickled or copied
+    model, or one fitted on Flower, cannot predict.
 
     References
     ----------
@@ -822,13 +927,13 @@ class DCClustering(BaseFederatedClustering):
         groups, blocks = dc_lattice(
             runtime.row_groups, client_columns(runtime), runtime.client_sizes, runtime.n_features
         )
+        # The analyst stacks the row groups in order, each in its parties' row
+        # order: public metadata (the lattice and the row counts) fixes where
+        # every row group's rows sit, and nothing else about the rows is needed.
         group_sizes = [int(runtime.client_sizes[g[0]]) for g in groups]
         n_samples, n_features = sum(group_sizes), runtime.n_features
         given = self._given_anchors(n_features)
         n_anchors = self._n_anchors(n_samples, n_features, given)
-        # Drawn here, before the analyst's clustering, to keep the documented
-        # order of random_state; only the coordinating user receives it.
-        anchor_seed = random_state.randint(np.iinfo(np.int32).max)
         block_of_party = [None] * runtime.n_clients
         dims = [None] * runtime.n_clients
         offsets = np.cumsum([0] + group_sizes)
@@ -839,16 +944,19 @@ class DCClustering(BaseFederatedClustering):
                     dims[c] = self._party_dimension(
                         runtime.client_sizes[c], len(blocks[j]), f"({i}, {j})"
                     )
-        for c in range(runtime.n_clients):
-            # Each party learns its own place in the public lattice; nothing is sent.
-            runtime.run(
-                dc_party_join,
-                tag="lattice",
-                clients=[c],
-                columns=block_of_party[c],
-                n_components=dims[c],
-                analyst_offset=offsets[_row_group_of(groups, c)],
-            )
+        # Each party learns its own place in the public lattice; nothing is sent.
+        runtime.run(
+            dc_party_join,
+            tag="lattice",
+            per_client={
+                c: {
+                    "columns": block_of_party[c],
+                    "n_components": dims[c],
+                    "hands_labels": c == groups[_row_group_of(groups, c)][0],
+                }
+                for c in range(runtime.n_clients)
+            },
+        )
 
         runtime.stage("set-up (users only): shared anchors")
         others = [c for c in range(runtime.n_clients) if c != COORDINATOR]
@@ -870,7 +978,6 @@ class DCClustering(BaseFederatedClustering):
                 block_of_party=block_of_party,
                 n_features=n_features,
                 anchor_range=self.anchor_range,
-                anchor_seed=anchor_seed,
                 n_anchors=n_anchors,
             )
         else:
@@ -920,46 +1027,35 @@ class DCClustering(BaseFederatedClustering):
         runtime.stage("client step: nearest-centroid labels")
         runtime.run(dc_party_labels, tag="labels")
 
-        # Simulation hand-back: the parties' own labels, and where each input row
-        # sits in the analyst's stacking (to report the analyst's matrices in
-        # input order).
-        heads = [group[0] for group in groups]
-        order = runtime.gather_rows("analyst rows", heads)
+        # What the analyst holds, in its own row order (row group by row group).
         self.cluster_centers_ = centers
-        self.collaborative_representation_ = np.vstack(result["X_hat"])[order]
+        self.collaborative_representation_ = np.vstack(result["X_hat"])
         if self.clusterer == "spectral":
-            self.embedding_ = Z[order]
-        if given is None:
-            # Assembled for the fitted attribute only; the analyst never receives it.
-            given = np.empty((n_anchors, n_features))
-            for cols, slice_ in zip(blocks, runtime.client_outputs(TAG_SLICE, groups[0])):
-                given[:, cols] = slice_
-        self.anchors_ = given
+            self.embedding_ = Z
+        else:
+            self.__dict__.pop("embedding_", None)
+        self.analyst_labels_ = np.asarray(result["labels"], dtype=np.intp)
         self.target_ = result["target"]
         self.collaboration_maps_ = result["maps"]
         self.anchor_alignment_error_ = result["errors"]
-        # Each party's private f, handed back because this is a simulation.
-        self.intermediate_transformers_ = runtime.client_outputs("f")
         self.n_components_intermediate_ = np.array([u[0].shape[1] for u in uploads.list()])
         self.n_components_collab_ = result["target"].shape[1]
         self.row_groups_ = groups
         self.n_iter_ = result["n_iter"]
         self.feature_blocks_ = blocks
-        return runtime.gather_rows("labels", heads).astype(np.intp)
+        # The parties, with the private maps they kept, for predict in this process
+        # (None on a deployed federation, whose nodes keep nothing after the fit).
+        self._session = runtime.session()
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self):
+        # The session holds every party's private state: it never travels with
+        # the model (an unpickled model cannot predict; see predict).
+        state = super().__getstate__()
+        state.pop("_session", None)
+        return state
 
     # ------------------------------------------------------------ predict
-    def _collaborate_new(self, X, group):
-        parties = self.row_groups_[group]
-        X_tilde = np.hstack(
-            [
-                self.intermediate_transformers_[c].transform(X[:, cols])
-                for c, cols in zip(parties, self.feature_blocks_)
-            ]
-        )
-        if self.alignment == "affine":
-            X_tilde = np.hstack([X_tilde, np.ones((len(X_tilde), 1))])
-        return X_tilde @ self.collaboration_maps_[group]
-
     def _check_row_group(self, row_group, n_samples):
         n_groups = len(self.row_groups_)
         values = np.asarray(row_group)
@@ -980,15 +1076,30 @@ class DCClustering(BaseFederatedClustering):
             )
         return np.broadcast_to(values, (n_samples,))
 
+    def _predict_federation(self, X, row_group):
+        """The new rows as the parties hold them: party (i, j) has block j of group i's rows."""
+        n_clients = sum(len(g) for g in self.row_groups_)
+        client_rows, client_cols = [None] * n_clients, [None] * n_clients
+        for i, group in enumerate(self.row_groups_):
+            rows = np.flatnonzero(row_group == i)
+            for c, cols in zip(group, self.feature_blocks_):
+                client_rows[c], client_cols[c] = rows, np.asarray(cols)
+        return Federation(X, client_rows, client_cols, [list(g) for g in self.row_groups_])
+
     def predict(self, X, row_group=0):
         """Assign new samples of a known row group to clusters (beyond the paper).
 
-        Each party of the row group maps its features of the new rows with its
-        private f, the analyst applies the row group's g, and the rows get the
-        nearest centroid (k-means) or the majority label of their
-        ``n_neighbors`` nearest training rows in the collaborative space
-        (spectral). With k-means, the training rows of a row group are given
-        their ``labels_`` back.
+        A second protocol with the parties that fitted the model: each party of
+        the row group maps its features of the new rows with the private f it
+        kept and sends the result; the analyst applies the row group's g and
+        gives each row the nearest centroid (k-means) or the majority label of
+        its ``n_neighbors`` nearest training rows in the collaborative space
+        (spectral); the parties get the labels back. With k-means, the
+        training rows of a row group get their ``labels_`` back.
+
+        The private maps never leave the parties, so only the process that
+        fitted the model (which played every party) can run it: a pickled or
+        copied model, or one fitted on Flower, raises a ``RuntimeError``.
 
         Parameters
         ----------
@@ -1005,15 +1116,41 @@ class DCClustering(BaseFederatedClustering):
         check_is_fitted(self, "collaboration_maps_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         row_group = self._check_row_group(row_group, X.shape[0])
-        X_hat = np.empty((X.shape[0], self.n_components_collab_))
-        for g in np.unique(row_group):
-            rows = row_group == g
-            X_hat[rows] = self._collaborate_new(X[rows], int(g))
-        if self.clusterer == "kmeans":
-            return nearest_center(X_hat, self.cluster_centers_)
-        vote = KNeighborsClassifier(n_neighbors=min(self.n_neighbors, len(self.labels_)))
-        vote.fit(self.collaborative_representation_, self.labels_)
-        return vote.predict(X_hat)
+        session = getattr(self, "_session", None)
+        if session is None:
+            raise RuntimeError(
+                "DCClustering.predict needs the parties that fitted this model: each maps its "
+                "new rows with its private map f, which never leaves it. They exist only in "
+                "the process that ran fit in-process; this model was unpickled or copied, or "
+                "fitted on a deployed federation whose nodes keep nothing after the fit. "
+                "Refit, or label new rows with fit_predict on the parties' data."
+            )
+        runtime = InProcessRuntime(
+            self._predict_federation(X, row_group),
+            n_jobs=self.n_jobs,
+            name=f"{type(self).__name__}.predict",
+            session=session,
+        )
+        present = [i for i in range(len(self.row_groups_)) if np.any(row_group == i)]
+        parties = [c for i in present for c in self.row_groups_[i]]
+        uploads = runtime.run(dc_party_predict_upload, tag=TAG_PREDICT_UP, clients=parties)
+        labels = runtime.server(
+            dc_analyst_predict,
+            uploads,
+            groups=self.row_groups_,
+            alignment=self.alignment,
+            maps=self.collaboration_maps_,
+            clusterer=self.clusterer,
+            centers=self.cluster_centers_,
+            X_hat=self.collaborative_representation_,
+            labels=self.analyst_labels_,
+            n_neighbors=self.n_neighbors,
+        )
+        runtime.send(
+            {c: labels[i] for i in present for c in self.row_groups_[i]}, tag=TAG_PREDICT_DOWN
+        )
+        runtime.run(dc_party_predict_labels, tag="predicted labels", clients=parties)
+        return np.asarray(runtime.hand_back("labels"), dtype=np.intp)
 
 
 def _row_group_of(groups, party):
