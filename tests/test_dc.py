@@ -1,6 +1,8 @@
 """Tests of DCClustering."""
 
 import contextlib
+import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 import skfedclust.methods._dc as dc_module
 from skfedclust import DCClustering
-from skfedclust.federation import SERVER, Party
+from skfedclust.federation import SERVER, Party, use_runtime
 from skfedclust.metrics import clustering_accuracy
 from skfedclust.partition import HybridPartition, VerticalPartition
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
@@ -1017,3 +1019,125 @@ def test_grid_whose_first_row_group_is_empty():
     X = np.random.RandomState(0).normal(size=(40, 4))
     with pytest.raises(ValueError, match="row group 0 of the grid holds no feature block"):
         DCClustering(2).fit([[], [X[:20, :2], X[:20, 2:]]])
+
+
+# --------------------------------------------------------------------------- #
+# Private randomness, what the estimator holds, predict with the parties
+# --------------------------------------------------------------------------- #
+def entropy_runtime(entropy):
+    """A runtime factory whose parties get the private entropy ``entropy``."""
+
+    def factory(federation, **kwargs):
+        return RecordingRuntime(federation, **{**kwargs, "private_entropy": entropy})
+
+    return factory
+
+
+def test_private_maps_and_anchors_come_from_the_parties_generators(monkeypatch):
+    """Same random_state: the fit reproduces. Other private entropy (as on nodes that
+    draw their own): other private maps and anchors, the same public choices."""
+    grid, _, _ = two_by_two_grid()
+
+    def fit(factory=RecordingRuntime):
+        RecordingRuntime.instances = []
+        with recording_recipes(monkeypatch) as recipes, use_runtime(factory):
+            dc = DCClustering(4, intermediate=RotateShift(), random_state=0).fit(grid)
+        runtime = RecordingRuntime.instances[-1]
+        return dc, runtime, recipes[0], Parties(runtime, dc)
+
+    first, second, other = fit(), fit(), fit(entropy_runtime([1, 2, 3]))
+    np.testing.assert_array_equal(first[0].labels_, second[0].labels_)
+    assert first[2]["seed"] == second[2]["seed"]
+    for c in range(4):
+        np.testing.assert_array_equal(first[3].f(c).rotation_, second[3].f(c).rotation_)
+        np.testing.assert_array_equal(upload_of(first[1])[c][0], upload_of(second[1])[c][0])
+    # Other private entropy: every party's map and the anchors change ...
+    assert other[2]["seed"] != first[2]["seed"]
+    for c in range(4):
+        assert not np.allclose(other[3].f(c).rotation_, first[3].f(c).rotation_)
+        assert not np.allclose(upload_of(other[1])[c][0], upload_of(first[1])[c][0])
+    # ... while the public choices stay: the parties' public seeds and the lattice.
+    np.testing.assert_array_equal(other[1].seeds, first[1].seeds)
+    assert other[0].row_groups_ == first[0].row_groups_
+    # The lossless geometry does not depend on f: the same clustering.
+    assert adjusted_rand_score(other[0].labels_, first[0].labels_) == 1.0
+
+
+def test_the_estimator_holds_what_the_analyst_holds():
+    """No anchors and no private map among the fitted attributes."""
+    grid, _, _ = two_by_two_grid()
+    dc = DCClustering(4, random_state=0).fit(grid)
+    for name in ("anchors_", "intermediate_transformers_"):
+        assert not hasattr(dc, name)
+    fitted = {k: v for k, v in vars(dc).items() if k.endswith("_") and not k.startswith("_")}
+
+    def holds_a_map(value):
+        if isinstance(value, BaseEstimator):
+            return True
+        if isinstance(value, (list, tuple)):
+            return any(holds_a_map(v) for v in value)
+        return False
+
+    assert not any(holds_a_map(v) for v in fitted.values())
+
+
+def test_predict_is_a_protocol_with_the_parties(monkeypatch):
+    """The parties of row groups with new rows upload f(X_new), n_new_i x m_tilde_ij
+    float64; the analyst sends each of them its rows' labels; nothing else moves."""
+    grid, X, _ = iris_grid(7, n_row_groups=3)
+    dc = DCClustering(3, random_state=0).fit(grid)
+    monkeypatch.setattr(dc_module, "InProcessRuntime", RecordingRuntime)
+    RecordingRuntime.instances = []
+    rows = np.r_[0:10, 120:150]
+    groups = np.repeat(np.arange(3), [len(g[0]) for g in grid])[rows]
+    predicted = dc.predict(X[rows], row_group=groups)
+    np.testing.assert_array_equal(predicted, dc.labels_[rows])
+    (runtime,) = RecordingRuntime.instances
+    ((step, received, public),) = runtime.server_inputs
+    assert step == "dc_analyst_predict"
+    assert [r.tag for r in received] == [dc_module.TAG_PREDICT_UP]
+    # Row group 1 has no new rows: its parties take no part.
+    present = [c for i in (0, 2) for c in dc.row_groups_[i]]
+    assert sorted(received[0]) == present
+    n_new = {c: int((groups == i).sum()) for i in (0, 2) for c in dc.row_groups_[i]}
+    report = runtime.ledger.report()
+    assert report["bytes_up"] == sum(
+        8 * n_new[c] * int(dc.n_components_intermediate_[c]) for c in present
+    )
+    assert report["bytes_down"] == sum(8 * n_new[c] for c in present)
+    assert report["bytes_peer"] == 0
+    # Predicting changed nothing the model holds, nor what its parties kept.
+    np.testing.assert_array_equal(dc.predict(X[rows], row_group=groups), predicted)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_model_without_its_parties_refuses_predict(how):
+    grid, X, _ = iris_grid(7, n_row_groups=3)
+    dc = DCClustering(3, random_state=0).fit(grid)
+    blob = pickle.dumps(dc)
+    # The parties' private maps do not travel with the model.
+    assert b"StandardScaler" not in blob and b"PCA" not in blob
+    copied = pickle.loads(blob) if how == "pickle" else copy.deepcopy(dc)
+    np.testing.assert_array_equal(copied.cluster_centers_, dc.cluster_centers_)
+    with pytest.raises(RuntimeError, match="needs the parties that fitted this model"):
+        copied.predict(X, row_group=0)
+
+
+def test_grid_of_dataframes_sets_or_refuses_feature_names():
+    pd = pytest.importorskip("pandas")
+    grid, X, _ = iris_grid(1, n_row_groups=2)
+    names = [["a", "b"], ["c", "d"]]
+    frames = [[pd.DataFrame(b, columns=n) for b, n in zip(group, names)] for group in grid]
+    dc = DCClustering(3, random_state=0).fit(frames)
+    np.testing.assert_array_equal(dc.feature_names_in_, ["a", "b", "c", "d"])
+    plain = DCClustering(3, random_state=0).fit(grid)
+    np.testing.assert_array_equal(dc.labels_, plain.labels_)
+    dc.predict(pd.DataFrame(X, columns=["a", "b", "c", "d"]), row_group=0)
+    frames[1][1] = pd.DataFrame(grid[1][1], columns=["d", "c"])
+    with pytest.raises(
+        ValueError, match=r"feature block 1 has columns \['d', 'c'\] in row group 1"
+    ):
+        DCClustering(3, random_state=0).fit(frames)
+    frames[1][1] = grid[1][1]
+    with pytest.raises(ValueError, match="some parties of the grid are DataFrames"):
+        DCClustering(3, random_state=0).fit(frames)
