@@ -326,7 +326,7 @@ class Runtime:
         """
         raise NotImplementedError
 
-    def session(self):
+    def party_session(self):
         """The parties of this run for a later run, or ``None`` (a deployed runtime).
 
         A deployed federation keeps nothing after the fit: each node drops its
@@ -367,7 +367,7 @@ class InProcessRuntime(Runtime):
         ``None`` draws it from the operating system (a fit that uses private
         randomness is then not reproducible).
     session : Session, default=None
-        The parties of an earlier run (:meth:`session`), which continue here
+        The parties of an earlier run (:meth:`party_session`), which continue here
         with what they kept, on the rows of ``federation`` (new rows to
         predict). Their public seeds, private entropy and number of parties
         come from the session.
@@ -539,7 +539,7 @@ class InProcessRuntime(Runtime):
         values = [self._outputs[c][key] for c in parties]
         return self._federation.gather_rows(values, parties)
 
-    def session(self):
+    def party_session(self):
         """The parties of this run, with what they kept, for a later run (predict).
 
         The simulation's user plays every party, so it can keep them after a
@@ -566,7 +566,7 @@ class InProcessRuntime(Runtime):
 class Session:
     """The parties of a finished in-process run, kept by the user who played them.
 
-    Built by :meth:`InProcessRuntime.session`; a runtime given it as
+    Built by :meth:`InProcessRuntime.party_session`; a runtime given it as
     ``session`` continues with the parties' kept state, public seeds and
     private entropy. No estimator or server step reads it. Pickling refuses:
     it holds every party's private state, which must not travel with a model.
