@@ -187,3 +187,30 @@ def test_identical_rows_get_one_label(Estimator):
     X = np.vstack([X[:60], np.repeat(X[60:61], 60, axis=0)])
     est = _fit_three_clients(Estimator, X)
     assert len(np.unique(est.labels_[60:])) == 1
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_predict_far_from_the_centers_gives_the_nearest_center(Estimator):
+    # Along a ray m + t u the nearest center (after any affine map of the rows) changes
+    # finitely often, then stays: the ray's last cell. Where it has settled by t = 1e5
+    # (checked at 1e5 and 1e6 times the spread, where distances are still resolved in
+    # float64), rows 1e17 times the spread away must get the same center; their squared
+    # distances to all centers round to one float64 value, so only the differences decide.
+    X, _ = _blobs()
+    est = _fit_three_clients(Estimator, X)
+    if not hasattr(est, "predict"):
+        pytest.skip(f"{Estimator.__name__} has no predict")
+    angles = np.linspace(0.0, 2.0 * np.pi, 24, endpoint=False) + 0.1
+    u = np.column_stack([np.cos(angles), np.sin(angles)])
+    m, spread = X.mean(axis=0), X.std()
+    try:
+        settled = est.predict(m + 1e5 * spread * u)
+    except ValueError as exc:
+        # A method may refuse rows outside the range it was fitted for, saying so.
+        message = str(exc).lower()
+        assert any(w in message for w in ("scale", "bound", "range", "precision")), message
+        return
+    np.testing.assert_array_equal(est.predict(m + 1e6 * spread * u), settled)
+    assert len(np.unique(settled)) > 1
+    for far in (1e17, 1e100):
+        np.testing.assert_array_equal(est.predict(m + far * spread * u), settled, err_msg=far)

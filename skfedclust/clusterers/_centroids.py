@@ -7,13 +7,14 @@ to unit range, so adding 1.7e9 (a Unix timestamp) to every value, or
 multiplying by 1e200, changes no label. The expanded form
 ``||x||^2 - 2 x.c + ||c||^2`` on raw data cancels catastrophically far from
 the origin and overflows at large magnitudes; on the normalised data it is
-exact enough and keeps BLAS speed.
+exact enough and keeps BLAS speed. Labels compare ``||c||^2 - 2 x.c`` only:
+the row's own norm is common to all centers, and for a row far from all of
+them it would round their distances to one value.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.extmath import row_norms
 
 __all__ = [
@@ -72,12 +73,59 @@ def squared_distances(X, centers):
     d2 = row_norms(Xn, squared=True)[:, None] - 2.0 * (Xn @ Cn.T)
     d2 += row_norms(Cn, squared=True)[None, :]
     np.maximum(d2, 0.0, out=d2)
-    with np.errstate(over="ignore"):
-        return d2 * scale**2
+    try:
+        factor = scale**2
+    except OverflowError:  # a Python float raises where numpy would give inf
+        factor = np.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        d2 = d2 * factor
+    # 0 * inf: a row on a center at a scale whose square overflows
+    d2[np.isnan(d2)] = 0.0
+    return d2
+
+
+# Rows may lie this many times farther from the reference than the centers
+# before the scale follows the rows: products of normalised rows and centers
+# stay far from overflow, and the centers' squared norms far from underflow.
+_ROW_HEADROOM_EXPONENT = 500
+
+# Rows labelled per block: bounds the temporaries at a few MB whatever n.
+_BLOCK_ELEMENTS = 2**18
+
+
+def _power_of_two_exponent(extent):
+    """Exponent ``e`` with ``2**(e-1) <= extent < 2**e`` (None for 0 or non-finite)."""
+    if not (np.isfinite(extent) and extent > 0):
+        return None
+    return int(np.frexp(extent)[1])
+
+
+def _centered(X, reference):
+    """``X - reference``, or its halves when the difference overflows.
+
+    Returns the difference and the exponent it was shifted by (0 or -1);
+    halving is exact for normal floats, so it changes no comparison.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        D = X - reference
+    if np.isfinite(D).all():
+        return D, 0
+    return X * 0.5 - reference * 0.5, -1
 
 
 def nearest_center(X, centers):
     """Index of the nearest center of each row (ties: the lowest index).
+
+    Each row is compared through ``||c||^2 - 2 x.c``, its squared distances
+    less the term ``||x||^2`` common to all centers, which decides nothing
+    but, far from the centers, would swamp the differences between them.
+    Rows and centers are first translated to the midpoint of the centers and
+    divided by a power of two (exact in floating point), chosen so that
+    neither the products overflow nor the centers' norms underflow; the
+    labels are those of the exact distances at any finite magnitude, as
+    with :meth:`sklearn.cluster.KMeans.predict`, including for rows
+    ``1e17`` times the spread of the centers away, where the expanded
+    distances of all centers round to one value.
 
     Parameters
     ----------
@@ -95,14 +143,37 @@ def nearest_center(X, centers):
     >>> C = np.array([[0.0, 0.0], [10.0, 0.0]]) + 1.7e9
     >>> nearest_center(C + [[1.0, 0.0], [-1.0, 0.0]], C).tolist()
     [0, 1]
+    >>> nearest_center([[1e20, 1.0], [-1e20, 1.0]], [[-1.0, 0.0], [1.0, 0.0]]).tolist()
+    [1, 0]
     """
     X = np.asarray(X, dtype=np.float64)
-    if X.shape[0] == 0:
-        return np.zeros(0, dtype=np.intp)
-    reference, scale = normalized_frame(centers, X)
-    return pairwise_distances_argmin(
-        _normalize(X, reference, scale), _normalize(centers, reference, scale)
-    )
+    centers = np.asarray(centers, dtype=np.float64)
+    labels = np.zeros(X.shape[0], dtype=np.intp)
+    if X.shape[0] == 0 or centers.shape[0] < 2:
+        return labels
+    reference, _ = normalized_frame(centers)
+    C, c_shift = _centered(centers, reference)
+    center_exponent = _power_of_two_exponent(np.abs(C).max())
+    block = max(1, _BLOCK_ELEMENTS // max(X.shape[1], centers.shape[0], 1))
+    for start in range(0, X.shape[0], block):
+        D, shift = _centered(X[start : start + block], reference)
+        Cb = C
+        if shift > c_shift:
+            D = D * 0.5
+        elif shift < c_shift:
+            Cb = C * 0.5
+        exponents = [center_exponent, _power_of_two_exponent(np.abs(D).max())]
+        if exponents[1] is not None:
+            exponents[1] -= _ROW_HEADROOM_EXPONENT
+        exponent = max((e for e in exponents if e is not None), default=0)
+        # Powers of two scale exactly: the labels do not depend on the choice.
+        factor = np.ldexp(1.0, -exponent)
+        Dn, Cn = D * factor, Cb * factor
+        scores = Dn @ Cn.T
+        scores *= -2.0
+        scores += row_norms(Cn, squared=True)[None, :]
+        labels[start : start + block] = np.argmin(scores, axis=1)
+    return labels
 
 
 def center_means(X, labels, n_centers, *, weights=None, previous=None):
