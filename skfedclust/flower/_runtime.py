@@ -17,6 +17,7 @@ every peer message twice (sender to server, server to recipient) as ciphertext.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import warnings
@@ -48,6 +49,8 @@ try:
     from flwr.app import Message
 except ImportError:  # pragma: no cover
     Message = None
+
+logger = logging.getLogger("skfedclust.flower")
 
 __all__ = [
     "FlowerNodeError",
@@ -180,34 +183,90 @@ class Transport:
 # --------------------------------------------------------------------------- #
 # Exchanging messages with nodes
 # --------------------------------------------------------------------------- #
-def _exchange(grid, messages, parties, *, what, timeout, transport, kind):
-    """Send ``messages`` (one per party in ``parties``) and return the replies in that order."""
-    sent_at = {}
+#: Flower node id the SuperLink uses as the sender of the error replies it makes
+#: itself (a destination node that stopped sending heartbeats, an expired message).
+SUPERLINK_NODE_ID = 1
+
+#: Seconds between two pulls of the replies; Flower's own ``send_and_receive``
+#: sleeps 3 s between pulls, a large share of a protocol round on a deployment.
+DEFAULT_POLL_INTERVAL = 0.1
+
+
+def _replies(grid, messages, *, timeout, poll_interval):
+    """Push ``messages`` and yield batches of replies as they arrive, until all are in.
+
+    A grid without ``push_messages`` (a test double) falls back on its
+    ``send_and_receive``.
+    """
+    try:
+        accepted = set(grid.push_messages(messages))
+    except NotImplementedError:
+        yield list(grid.send_and_receive(messages, timeout=timeout))
+        return
+    pending = {m.metadata.message_id for m in messages if m.metadata.message_id in accepted}
+    refused = [m for m in messages if m.metadata.message_id not in accepted]
+    if refused:
+        yield [_refusal(m) for m in refused]
+    deadline = time.monotonic() + timeout
+    while pending:
+        batch = list(grid.pull_messages(pending))
+        pending -= {reply.metadata.reply_to_message_id for reply in batch}
+        yield batch
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(poll_interval)
+
+
+def _refusal(message):
+    """A stand-in error reply for a message the SuperLink did not accept."""
+    from flwr.app import Error
+
+    return Message(
+        Error(0, "the SuperLink did not accept the message (is the node still connected?)"),
+        reply_to=message,
+    )
+
+
+def _exchange(
+    grid,
+    messages,
+    parties,
+    *,
+    what,
+    timeout,
+    transport,
+    kind,
+    poll_interval=DEFAULT_POLL_INTERVAL,
+):
+    """Send ``messages`` (one per party in ``parties``) and return the replies in that order.
+
+    Replies are matched to their message by ``reply_to_message_id``, not by
+    sender: an error reply the SuperLink makes itself (a node that stopped
+    sending heartbeats) comes from the SuperLink, not from the node. The first
+    error ends the exchange, without waiting for the other nodes.
+    """
     for message, party in zip(messages, parties):
         transport.add_message("to", message, party, kind)
-        sent_at[message.metadata.dst_node_id] = party
+    by_node = {m.metadata.dst_node_id: p for m, p in zip(messages, parties)}
     replies = {}
-    for reply in grid.send_and_receive(messages, timeout=timeout):
-        replies[reply.metadata.src_node_id] = reply
-    for node_id, party in sent_at.items():
-        reply = replies.get(node_id)
-        if reply is not None and reply.has_error():
-            who = f"party {party} (node {node_id})" if party is not None else f"node {node_id}"
-            raise FlowerNodeError(
-                f"{who} failed in {what}: {reply.error.reason}",
-                node_id=node_id,
-                party=party,
-                step=what,
-            )
-    missing = [n for n in sent_at if n not in replies]
+    started = time.monotonic()
+    for batch in _replies(grid, messages, timeout=timeout, poll_interval=poll_interval):
+        for reply in batch:
+            node_id = _destination(reply, messages)
+            if node_id is None:
+                continue
+            if reply.has_error():
+                raise _node_error(reply, node_id, by_node[node_id], what)
+            replies[node_id] = reply
+    missing = [n for n in by_node if n not in replies]
     if missing:
-        parties_missing = [sent_at[n] for n in missing]
-        who = ", ".join(
-            f"party {p} (node {n})" if p is not None else f"node {n}"
-            for n, p in zip(missing, parties_missing)
-        )
+        parties_missing = [by_node[n] for n in missing]
+        who = ", ".join(_who(p, n) for n, p in zip(missing, parties_missing))
+        waited = time.monotonic() - started
         raise FlowerTimeoutError(
-            f"{who} did not answer {what} within {timeout} s",
+            f"{who} did not answer {what} within {timeout:g} s (waited {waited:.0f} s); "
+            "a node that stopped is reported by the SuperLink once it misses its "
+            "heartbeats, so a silent node is running but slow or stuck",
             node_ids=missing,
             parties=parties_missing,
             step=what,
@@ -218,6 +277,38 @@ def _exchange(grid, messages, parties, *, what, timeout, transport, kind):
         transport.add_message("from", reply, party, kind)
         out.append(reply)
     return out
+
+
+def _destination(reply, messages):
+    """The node a reply answers for, from the message it replies to (``None``: not ours)."""
+    for message in messages:
+        if message.metadata.message_id == reply.metadata.reply_to_message_id:
+            return message.metadata.dst_node_id
+    # Test doubles that do not set message ids: the sender is the node.
+    sender = reply.metadata.src_node_id
+    if sender != SUPERLINK_NODE_ID and any(m.metadata.dst_node_id == sender for m in messages):
+        return sender
+    return None
+
+
+def _who(party, node_id):
+    return f"party {party} (node {node_id})" if party is not None else f"node {node_id}"
+
+
+def _node_error(reply, node_id, party, what):
+    who = _who(party, node_id)
+    reason = reply.error.reason
+    if reply.metadata.src_node_id == SUPERLINK_NODE_ID or reply.error.code in (3, 4, 5):
+        # Flower's codes: 3 message unavailable, 4 reply unavailable, 5 node unavailable.
+        message = (
+            f"{who} is unavailable in {what}, as the SuperLink reports: {reason} "
+            "Restart its SuperNode (or leave it out with node_ids) and run the fit again."
+        )
+    else:
+        message = f"{who} failed in {what}: {reason}"
+    error = FlowerNodeError(message, node_id=node_id, party=party, step=what)
+    error.code = int(reply.error.code)
+    return error
 
 
 def _decode_reply(reply, *, node_id, party, what, session):
@@ -307,7 +398,14 @@ class FlowerRuntime(Runtime):
         Packages whose client steps may be named.
     name : str, default=""
         Name used in progress messages.
+
+    Attributes
+    ----------
+    poll_interval : float
+        Seconds between two pulls of the replies of an exchange.
     """
+
+    poll_interval = DEFAULT_POLL_INTERVAL
 
     def __init__(
         self,
@@ -443,6 +541,7 @@ class FlowerRuntime(Runtime):
             timeout=self.timeout,
             transport=self.transport,
             kind="step",
+            poll_interval=self.poll_interval,
         )
         decoded = []
         for c, reply in zip(targets, replies):
@@ -542,6 +641,7 @@ class FlowerRuntime(Runtime):
             timeout=self.timeout,
             transport=self.transport,
             kind="finish",
+            poll_interval=self.poll_interval,
         )
         written = {}
         for c, reply in zip(parties, replies):
@@ -565,23 +665,50 @@ class FlowerRuntime(Runtime):
 # Handshake and fit
 # --------------------------------------------------------------------------- #
 def _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout):
+    """The nodes of the federation, once connected.
+
+    With ``n_nodes``, more connected nodes than asked for is usually a SuperNode
+    restarted a moment ago: the SuperLink lists its old node until that one
+    misses its heartbeats (about a minute), so the wait goes on until the count
+    comes down, and the error says what to do if it does not.
+    """
     deadline = time.monotonic() + connect_timeout
+    warned = False
     while True:
         connected = sorted(int(n) for n in grid.get_node_ids())
         if node_ids is not None:
             if set(node_ids) <= set(connected):
                 return list(node_ids)
-        elif len(connected) >= n_nodes:
-            if len(connected) > n_nodes:
-                raise ValueError(
-                    f"{len(connected)} nodes are connected but n_nodes={n_nodes}; pass "
-                    "node_ids to choose the nodes of the federation"
-                )
+        elif len(connected) == n_nodes:
             return connected
+        elif len(connected) > n_nodes and not warned:
+            logger.warning(
+                "%d nodes are connected but n_nodes=%d: waiting up to %g s for the "
+                "SuperLink to drop nodes that stopped (a restarted SuperNode keeps its old "
+                "node listed until it misses its heartbeats)",
+                len(connected),
+                n_nodes,
+                connect_timeout,
+            )
+            warned = True
         if time.monotonic() > deadline:
+            if node_ids is None and len(connected) > n_nodes:
+                raise ValueError(
+                    f"{len(connected)} nodes are connected ({connected}) but n_nodes={n_nodes}. "
+                    "If a SuperNode was restarted less than about a minute ago, the SuperLink "
+                    "still lists its old node until that node misses its heartbeats: run "
+                    "again in a minute, or choose the nodes with node_ids (run config "
+                    "node-ids of the example app). Otherwise set n_nodes to the number of "
+                    "nodes of the federation."
+                )
             wanted = len(node_ids) if node_ids is not None else n_nodes
+            present = (
+                len(set(node_ids) & set(connected)) if node_ids is not None else len(connected)
+            )
             raise FlowerTimeoutError(
-                f"only {len(connected)} of {wanted} nodes connected within {connect_timeout} s",
+                f"only {present} of {wanted} nodes connected within {connect_timeout:g} s "
+                f"(connected: {connected}); start the missing SuperNodes, or raise "
+                "connect_timeout",
                 node_ids=[n for n in (node_ids or []) if n not in connected],
                 parties=[],
                 step="connect",
@@ -589,7 +716,9 @@ def _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout):
         time.sleep(0.2)
 
 
-def _handshake(grid, nodes, session, timeout, transport, method=None):
+def _handshake(
+    grid, nodes, session, timeout, transport, method=None, poll_interval=DEFAULT_POLL_INTERVAL
+):
     # The method is named up front so that a node whose policy does not allow
     # it refuses before the fit starts.
     messages = [
@@ -606,6 +735,7 @@ def _handshake(grid, nodes, session, timeout, transport, method=None):
         timeout=timeout,
         transport=transport,
         kind="handshake",
+        poll_interval=poll_interval,
     )
     hello = []
     for node_id, reply in zip(nodes, replies):
@@ -663,6 +793,42 @@ def _feature_names(data_nodes):
     return np.asarray(names[0], dtype=object)
 
 
+def _check_request(estimator, n_nodes, node_ids, timeout, connect_timeout, poll_interval):
+    """Refuse, before any node is contacted, what cannot run; return ``node_ids`` as ints.
+
+    An estimator may define ``_check_flower_support()``, raising
+    :class:`NotSupportedOnFlower` for the parameters a deployment cannot run.
+    """
+    name = type(estimator).__name__
+    if not hasattr(estimator, "_run_protocol"):
+        raise NotSupportedOnFlower(
+            f"{name} has no protocol on the runtime yet (_run_protocol); "
+            "only estimators ported to the protocol runtime run on Flower"
+        )
+    if (n_nodes is None) == (node_ids is None):
+        raise ValueError("pass exactly one of n_nodes and node_ids")
+    if n_nodes is not None and (
+        isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 1
+    ):
+        raise ValueError(f"n_nodes must be a positive integer, got {n_nodes!r}")
+    if node_ids is not None:
+        node_ids = [int(n) for n in node_ids]
+        if not node_ids or len(set(node_ids)) != len(node_ids):
+            raise ValueError(f"node_ids must be distinct node ids, got {node_ids}")
+    for key, value in (
+        ("timeout", timeout),
+        ("connect_timeout", connect_timeout),
+        ("poll_interval", poll_interval),
+    ):
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
+    estimator._validate_params()
+    check = getattr(estimator, "_check_flower_support", None)
+    if check is not None:
+        check()
+    return node_ids
+
+
 def fit_on_flower(
     estimator,
     grid,
@@ -672,6 +838,7 @@ def fit_on_flower(
     timeout=600.0,
     connect_timeout=120.0,
     allowed_modules=DEFAULT_ALLOWED_MODULES,
+    poll_interval=DEFAULT_POLL_INTERVAL,
 ):
     """Fit ``estimator`` on the data of Flower nodes; call it in a ServerApp's ``main``.
 
@@ -703,6 +870,9 @@ def fit_on_flower(
     allowed_modules : tuple of str, default=("skfedclust",)
         Packages whose client steps the protocol may name (the nodes have
         their own list).
+    poll_interval : float, default=0.1
+        Seconds between two pulls of the nodes' replies from the SuperLink
+        (Flower's ``Grid.send_and_receive`` waits 3 s).
 
     Returns
     -------
@@ -716,22 +886,17 @@ def fit_on_flower(
         (rows of each output every node wrote).
     """
     require_flwr()
-    if not hasattr(estimator, "_run_protocol"):
-        raise NotSupportedOnFlower(
-            f"{type(estimator).__name__} has no protocol on the runtime yet (_run_protocol); "
-            "only estimators ported to the protocol runtime run on Flower"
-        )
-    if (n_nodes is None) == (node_ids is None):
-        raise ValueError("pass exactly one of n_nodes and node_ids")
-    if node_ids is not None:
-        node_ids = [int(n) for n in node_ids]
-    estimator._validate_params()
+    node_ids = _check_request(estimator, n_nodes, node_ids, timeout, connect_timeout, poll_interval)
     name = type(estimator).__name__
     session = uuid.uuid4().hex
     transport = Transport()
 
     nodes = _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout)
-    hello = _order(_handshake(grid, nodes, session, timeout, transport, method=name))
+    hello = _order(
+        _handshake(
+            grid, nodes, session, timeout, transport, method=name, poll_interval=poll_interval
+        )
+    )
     others = [h["node_id"] for h in hello if h.get("version") != __version__]
     if others:
         warnings.warn(
@@ -787,6 +952,7 @@ def fit_on_flower(
         name=name,
     )
     runtime.transport = transport
+    runtime.poll_interval = poll_interval
     estimator.__dict__.pop("labels_", None)
     estimator.n_features_in_ = info.n_features
     if names is not None:
