@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
+import inspect
 import logging
 import sys
 import time
@@ -224,6 +226,85 @@ class Received(Mapping):
         return list(self._payloads.values())
 
 
+#: Packages whose client steps may be run by name in this context: ``None``
+#: allows any module-level client step (a simulation); a Flower node sets its
+#: allow-list while it runs a step, so a step that names another one (a secure
+#: sum wrapping the step whose vector it adds) cannot name a step it refuses.
+_ALLOWED_STEP_MODULES = contextvars.ContextVar("skfedclust_allowed_step_modules", default=None)
+
+_STEP_PARAMETERS = ["data", "inbox", "state", "party"]
+
+
+def _allowed(module, allowed_modules):
+    if allowed_modules is None:
+        return True
+    return any(module == m or module.startswith(m + ".") for m in allowed_modules)
+
+
+def client_step_name(step, allowed_modules=None):
+    """``module:qualname`` of a client step, checked as :func:`resolve_client_step` checks it."""
+    module = getattr(step, "__module__", None)
+    qualname = getattr(step, "__qualname__", None)
+    if not inspect.isfunction(step) or module is None or "<locals>" in (qualname or "<locals>"):
+        raise TypeError(
+            f"client step {step!r} must be a module-level function, so that a node can "
+            "run it by name"
+        )
+    name = f"{module}:{qualname}"
+    resolve_client_step(name, allowed_modules)
+    return name
+
+
+def resolve_client_step(name, allowed_modules=None):
+    """The client step called ``name`` (``module:qualname``), if it may run here.
+
+    Only module-level functions whose first parameters are ``data, inbox,
+    state, party`` are client steps, and only those of ``allowed_modules``
+    (default: the allow-list of the context, set by a Flower node while it
+    runs a step; any module in a simulation). Anything else (a builtin, a
+    class, a function of another package) is refused with a
+    :class:`PermissionError`.
+    """
+    if allowed_modules is None:
+        allowed_modules = _ALLOWED_STEP_MODULES.get()
+    module, sep, qualname = str(name).partition(":")
+    if not sep or not module or not qualname or "<locals>" in qualname:
+        raise PermissionError(f"{name!r} does not name a client step (module:function)")
+    if not _allowed(module, allowed_modules):
+        raise PermissionError(
+            f"client step {name!r} is outside the packages this node runs "
+            f"({', '.join(allowed_modules)})"
+        )
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise PermissionError(
+            f"client step {name!r} does not exist on this node (is the same skfedclust "
+            f"version installed everywhere?): {exc}"
+        ) from exc
+    if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
+        raise PermissionError(f"{name!r} is not a function of the allowed packages")
+    params = list(inspect.signature(obj).parameters)[:4]
+    if params != _STEP_PARAMETERS:
+        raise PermissionError(
+            f"{name!r} is not a client step: its parameters start with {params}, not "
+            "(data, inbox, state, party)"
+        )
+    return obj
+
+
+@contextlib.contextmanager
+def allowed_step_modules(modules):
+    """Restrict the client steps that a step may name to ``modules``."""
+    token = _ALLOWED_STEP_MODULES.set(tuple(modules))
+    try:
+        yield
+    finally:
+        _ALLOWED_STEP_MODULES.reset(token)
+
+
 def _check_reply(reply, step, client):
     if reply is None:
         return Reply()
@@ -284,7 +365,16 @@ class Runtime:
     """
 
     def run(
-        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+        self,
+        step,
+        *,
+        tag,
+        clients=None,
+        setup=False,
+        same_round=False,
+        may_drop=False,
+        per_client=None,
+        **public,
     ):
         """Run ``step`` on ``clients`` and return what they sent to the server."""
         raise NotImplementedError
@@ -435,7 +525,16 @@ class InProcessRuntime(Runtime):
         return Party(c, seed, self._private_entropy, stream=(self._exchange,))
 
     def run(
-        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+        self,
+        step,
+        *,
+        tag,
+        clients=None,
+        setup=False,
+        same_round=False,
+        may_drop=False,
+        per_client=None,
+        **public,
     ):
         """Run a client step and deliver what it sends.
 
@@ -458,6 +557,11 @@ class InProcessRuntime(Runtime):
             Count the exchange in the round of the previous client exchange: a
             message streamed in several exchanges (the blocks of a matrix the
             server asks for in turn) is one round of the protocol.
+        may_drop : bool, default=False
+            The protocol tolerates clients that do not answer (a dropout-tolerant
+            secure sum): their replies are left out of ``Received`` instead of
+            failing the run. In-process no client drops, except where a test
+            makes :meth:`_lost` lose a reply.
         per_client : dict, default=None
             Public constants that differ between clients, ``{client: {name:
             value}}`` (a per-round seed drawn by the server, a number of
@@ -503,6 +607,8 @@ class InProcessRuntime(Runtime):
         sent = {}
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)
+            if may_drop and self._lost(tag, c):
+                continue
             self._states[c].update(reply.keep)
             self._outputs[c].update(reply.output)
             if reply.send is not None:
@@ -515,6 +621,10 @@ class InProcessRuntime(Runtime):
         self._delivered[id(received)] = received
         self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))
         return received
+
+    def _lost(self, tag, party):
+        """Whether the reply of ``party`` to exchange ``tag`` is lost (a test hook: never)."""
+        return False
 
     # -- server messages -------------------------------------------------------------
     def send(self, payloads, *, tag):

@@ -24,7 +24,7 @@ import numpy as np
 from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
-from ..federation._runtime import Party, _check_reply, _run_step
+from ..federation._runtime import Party, _check_reply, _run_step, allowed_step_modules
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy
@@ -368,7 +368,8 @@ class _Service:
             stream=(int(control["exchange"]),),
         )
         state = _load_state(context)
-        reply = _run_step(step, data, inbox, state, me, body["public"])
+        with allowed_step_modules(self.allowed_modules):
+            reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         policy.check_outgoing(data, reply.send, reply.to_peers, control["step"])
         state.update(reply.keep)

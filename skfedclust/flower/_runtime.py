@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .. import __version__
-from ..federation import progress
+from ..federation import logger, progress
 from ..federation._inputs import _check_client_sizes, _check_n_samples
 from ..federation._ledger import SERVER, Ledger
 from ..federation._runtime import Received, Runtime
@@ -237,8 +237,13 @@ def _exchange(
     transport,
     kind,
     poll_interval=DEFAULT_POLL_INTERVAL,
+    may_drop=False,
 ):
     """Send ``messages`` (one per party in ``parties``) and return the replies in that order.
+
+    With ``may_drop``, a node that fails or does not answer in time is left
+    out (its reply is ``None``) instead of ending the exchange: the protocol
+    tolerates dropouts.
 
     Replies are matched to their message by ``reply_to_message_id``, not by
     sender: an error reply the SuperLink makes itself (a node that stopped
@@ -256,10 +261,13 @@ def _exchange(
             if node_id is None:
                 continue
             if reply.has_error():
+                if may_drop:
+                    logger.warning("%s dropped out of %s", _who(by_node[node_id], node_id), what)
+                    continue
                 raise _node_error(reply, node_id, by_node[node_id], what)
             replies[node_id] = reply
     missing = [n for n in by_node if n not in replies]
-    if missing:
+    if missing and not may_drop:
         parties_missing = [by_node[n] for n in missing]
         who = ", ".join(_who(p, n) for n, p in zip(missing, parties_missing))
         waited = time.monotonic() - started
@@ -273,8 +281,9 @@ def _exchange(
         )
     out = []
     for message, party in zip(messages, parties):
-        reply = replies[message.metadata.dst_node_id]
-        transport.add_message("from", reply, party, kind)
+        reply = replies.get(message.metadata.dst_node_id)
+        if reply is not None:
+            transport.add_message("from", reply, party, kind)
         out.append(reply)
     return out
 
@@ -485,7 +494,16 @@ class FlowerRuntime(Runtime):
 
     # -- client steps --------------------------------------------------------------
     def run(
-        self, step, *, tag, clients=None, setup=False, same_round=False, per_client=None, **public
+        self,
+        step,
+        *,
+        tag,
+        clients=None,
+        setup=False,
+        same_round=False,
+        may_drop=False,
+        per_client=None,
+        **public,
     ):
         """Run a client step on the nodes of ``clients`` and deliver what it sends.
 
@@ -542,9 +560,12 @@ class FlowerRuntime(Runtime):
             transport=self.transport,
             kind="step",
             poll_interval=self.poll_interval,
+            may_drop=may_drop,
         )
         decoded = []
         for c, reply in zip(targets, replies):
+            if reply is None:
+                continue
             node_id = self.node_ids[c]
             control, send, sealed = _decode_reply(
                 reply, node_id=node_id, party=c, what=what, session=self.session

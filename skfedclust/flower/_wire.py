@@ -7,12 +7,11 @@ payloads and Flower records, and the allow-list that turns a step name
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 
 import numpy as np
 
+from ..federation._runtime import client_step_name, resolve_client_step
 from ._codec import CodecError, decode, encode
 
 try:
@@ -63,57 +62,17 @@ def require_flwr():
 # --------------------------------------------------------------------------- #
 # Step names and the allow-list
 # --------------------------------------------------------------------------- #
-def _allowed(module, allowed_modules):
-    return any(module == m or module.startswith(m + ".") for m in allowed_modules)
-
-
 def step_name(step, allowed_modules=DEFAULT_ALLOWED_MODULES):
     """``module:qualname`` of a client step, checked as a node would check it."""
-    module = getattr(step, "__module__", None)
-    qualname = getattr(step, "__qualname__", None)
-    if not inspect.isfunction(step) or module is None or "<locals>" in (qualname or "<locals>"):
-        raise TypeError(
-            f"client step {step!r} must be a module-level function, so that a node can "
-            "run it by name"
-        )
-    name = f"{module}:{qualname}"
-    resolve_step(name, allowed_modules)
-    return name
+    return client_step_name(step, allowed_modules)
 
 
 def resolve_step(name, allowed_modules=DEFAULT_ALLOWED_MODULES):
     """The client step called ``name`` (``module:qualname``), if the node allows it.
 
-    Only module-level functions of the allowed packages whose first parameters
-    are ``data, inbox, state, party`` are client steps; anything else (a
-    builtin, a class, a function of another package) is refused.
+    See :func:`skfedclust.federation.resolve_client_step`.
     """
-    module, sep, qualname = str(name).partition(":")
-    if not sep or not module or not qualname or "<locals>" in qualname:
-        raise PermissionError(f"{name!r} does not name a client step (module:function)")
-    if not _allowed(module, allowed_modules):
-        raise PermissionError(
-            f"client step {name!r} is outside the packages this node runs "
-            f"({', '.join(allowed_modules)})"
-        )
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise PermissionError(
-            f"client step {name!r} does not exist on this node (is the same skfedclust "
-            f"version installed everywhere?): {exc}"
-        ) from exc
-    if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
-        raise PermissionError(f"{name!r} is not a function of the allowed packages")
-    params = list(inspect.signature(obj).parameters)[:4]
-    if params != ["data", "inbox", "state", "party"]:
-        raise PermissionError(
-            f"{name!r} is not a client step: its parameters start with {params}, not "
-            "(data, inbox, state, party)"
-        )
-    return obj
+    return resolve_client_step(name, allowed_modules)
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,606 @@
+"""Secure aggregation: the server learns the sum of the clients' vectors and nothing else.
+
+A protocol step that needs only a sum (per-cluster sums and counts, moments,
+a mean) asks a :class:`SecureAggregator` for it. Each client's vector is
+encoded in fixed point, masked and uploaded; the masks cancel in the total,
+so every upload on its own is uniformly random to the server. The scheme is
+that of Bonawitz et al. (CCS 2017) on the sparse communication graph of
+SecAgg+ (Bell et al., CCS 2020), so the cost per client grows with the log of
+the number of clients:
+
+1. **Set-up, once per fit** (counted in ``setup_rounds``): the clients are
+   placed on a random ``k``-regular graph (a Harary graph over a public random
+   order); every client sends each neighbour after it a fresh 128-bit seed
+   as a peer message. On Flower peer messages are sealed under pairwise keys
+   signed by the nodes' identity keys, so this is key agreement over the
+   authenticated identities; in-process the runtime delivers them.
+2. **Upload** (one round): every participating client encodes its vector,
+   adds one pairwise mask per participating neighbour (``+`` towards later
+   neighbours, ``-`` towards earlier ones, keyed by the seed and the sum's
+   index) and a fresh self mask, and uploads the result. It secret-shares the
+   self mask's 120-bit seed among its neighbours (Shamir, threshold ``t``) in
+   the same exchange.
+3. **Unmasking** (one round): the server announces who uploaded. Each
+   surviving client reveals, for every neighbour that uploaded, its share of
+   that neighbour's self-mask seed, and for every neighbour that dropped, the
+   per-sum key of their pairwise mask; never both for one neighbour in one
+   sum. The server rebuilds each survivor's self mask from ``t`` shares,
+   removes the dropped clients' pairwise masks, and obtains the sum over the
+   clients that uploaded.
+
+A client that drops after masking (its upload lost, or sent but declared
+lost) is left out of the sum; its masks are removed with what its neighbours
+reveal. A server that claims a client dropped while holding its upload
+learns nothing: it then gets the pairwise keys but not the self mask, whose
+shares are revealed only for clients announced as survivors. What the server
+learns is the sum, the set of clients that uploaded, and the encoding's
+public parameters (the shapes of the vectors and their fixed-point scales).
+
+Trust model: an honest-but-curious server, or an active server that may lie
+about who dropped, colluding with fewer than ``t`` clients of any neighbourhood.
+Masks come from cryptographic keystreams (ChaCha20) keyed by secrets drawn
+from each party's private generator; a server that knows every public seed
+cannot replay them.
+
+Fixed point: a float component with public bound ``B`` on every client's
+entries is encoded as ``rint(x * 2**s)`` with ``s`` the largest exponent for
+which ``n_clients * B * 2**s < 2**62``; the sum is then exact in
+``Z_{2**64}`` and decodes to within ``n_clients * 2**-(s+1)`` of the true sum.
+A client whose entries exceed the bound refuses to upload (a clear error, no
+silent wrap-around). Integer components are summed exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+
+import numpy as np
+
+from ..federation import Reply
+
+__all__ = [
+    "MERSENNE_127",
+    "SecureAggregator",
+    "SecureSumError",
+    "decode_sum",
+    "default_degree",
+    "fixed_point_shift",
+    "harary_neighbours",
+    "keystream",
+    "shamir_combine",
+    "shamir_split",
+]
+
+#: The prime of the Shamir shares of the self-mask seeds.
+MERSENNE_127 = 2**127 - 1
+#: Bits of a self-mask seed (below the prime).
+_SEED_BITS = 120
+
+TAG_SEEDS = "secure sum: pairwise seeds"
+TAG_UPLOAD = "secure sum: masked vectors"
+TAG_SURVIVORS = "secure sum: who uploaded"
+TAG_UNMASK = "secure sum: unmasking"
+
+
+class SecureSumError(RuntimeError):
+    """A secure sum that cannot be completed: too few shares, or a refused unmasking."""
+
+
+# --------------------------------------------------------------------------- #
+# Building blocks
+# --------------------------------------------------------------------------- #
+def shamir_split(secret, n_shares, threshold, rng):
+    """Shares of ``secret`` at the points ``1 .. n_shares``; any ``threshold`` rebuild it.
+
+    Parameters
+    ----------
+    secret : int
+        In ``[0, MERSENNE_127)``.
+    n_shares, threshold : int
+        ``1 <= threshold <= n_shares``.
+    rng : numpy.random.Generator
+        The dealer's private generator (the polynomial's coefficients).
+
+    Returns
+    -------
+    shares : list of int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedclust.secure import shamir_combine, shamir_split
+    >>> shares = shamir_split(123456789, 5, 3, np.random.default_rng(0))
+    >>> shamir_combine({1: shares[0], 3: shares[2], 5: shares[4]})
+    123456789
+    """
+    if not 1 <= threshold <= n_shares:
+        raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
+    coefficients = [int(secret)] + [_random_field_element(rng) for _ in range(threshold - 1)]
+    shares = []
+    for x in range(1, n_shares + 1):
+        y = 0
+        for c in reversed(coefficients):
+            y = (y * x + c) % MERSENNE_127
+        shares.append(y)
+    return shares
+
+
+def shamir_combine(points):
+    """The secret of Shamir shares ``{x: y}`` (Lagrange interpolation at 0)."""
+    secret = 0
+    xs = list(points)
+    for x in xs:
+        num, den = 1, 1
+        for other in xs:
+            if other != x:
+                num = num * (-other) % MERSENNE_127
+                den = den * (x - other) % MERSENNE_127
+        secret = (secret + points[x] * num * pow(den, -1, MERSENNE_127)) % MERSENNE_127
+    return secret
+
+
+def _random_field_element(rng):
+    hi, lo = rng.integers(0, 2**63, size=2, dtype=np.int64)
+    return ((int(hi) << 64) | int(lo)) % MERSENNE_127
+
+
+def keystream(key, domain, n, dtype=np.uint64):
+    """``n`` pseudo-random values of ``dtype`` from ChaCha20 keyed by SHA-256(key, domain).
+
+    A cryptographic keystream: without ``key`` the values are uniformly
+    random, and seeing some of them tells nothing of the others.
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    digest = hashlib.sha256(bytes(key) + b"|" + domain).digest()
+    dtype = np.dtype(dtype)
+    encryptor = Cipher(algorithms.ChaCha20(digest, bytes(16)), mode=None).encryptor()
+    return np.frombuffer(encryptor.update(bytes(n * dtype.itemsize)), dtype=dtype)
+
+
+def harary_neighbours(n_clients, degree, seed):
+    """The neighbours of every client on a random ``degree``-regular Harary graph.
+
+    Clients are placed in a random cyclic order drawn from the public
+    ``seed``; each is linked to the ``degree // 2`` clients on either side.
+    With ``degree >= n_clients - 1`` the graph is complete.
+
+    Returns
+    -------
+    neighbours : list of list of int
+        Sorted neighbours of each client.
+    """
+    if degree >= n_clients - 1:
+        return [[j for j in range(n_clients) if j != i] for i in range(n_clients)]
+    order = np.random.RandomState(seed).permutation(n_clients)
+    position = np.empty(n_clients, dtype=np.intp)
+    position[order] = np.arange(n_clients)
+    half = degree // 2
+    out = []
+    for i in range(n_clients):
+        p = position[i]
+        links = {int(order[(p + s) % n_clients]) for s in range(-half, half + 1) if s}
+        out.append(sorted(links))
+    return out
+
+
+def default_degree(n_clients):
+    """SecAgg+'s logarithmic degree: ``2 ceil(log2 n)``, at least 4, at most ``n - 1``."""
+    if n_clients <= 1:
+        return 0
+    return int(min(n_clients - 1, max(4, 2 * math.ceil(math.log2(n_clients)))))
+
+
+def fixed_point_shift(bound, n_clients):
+    """Exponent ``s`` such that ``n_clients * bound * 2**s < 2**62`` (the sum fits int64)."""
+    if not np.isfinite(bound) or bound < 0:
+        raise ValueError(f"the bound of a secure sum must be finite and >= 0, got {bound!r}")
+    if bound == 0:
+        return 0
+    exponent = math.frexp(float(bound))[1]  # bound < 2**exponent
+    return 62 - int(n_clients).bit_length() - exponent
+
+
+# --------------------------------------------------------------------------- #
+# Client steps
+# --------------------------------------------------------------------------- #
+def _structure(payload):
+    """A flat list of arrays and the description to rebuild the payload."""
+    if isinstance(payload, tuple):
+        arrays, spec = [], []
+        for item in payload:
+            sub_arrays, sub_spec = _structure(item)
+            arrays += sub_arrays
+            spec.append(sub_spec)
+        return arrays, ["tuple", spec]
+    array = np.asarray(payload)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"a secure sum adds numbers; got an array of dtype {array.dtype}")
+    return [array], ["array", list(array.shape), "int" if array.dtype.kind in "biu" else "float"]
+
+
+def _leaves(spec):
+    if spec[0] == "tuple":
+        return [leaf for sub in spec[1] for leaf in _leaves(sub)]
+    return [spec]
+
+
+def _encode(arrays, spec, shifts, n_clients, who):
+    """Fixed-point (or exact integer) encoding of the flattened arrays in Z_{2**64}."""
+    limit = 2.0**62 / max(n_clients, 1)
+    pieces = []
+    for k, (array, leaf, shift) in enumerate(zip(arrays, _leaves(spec), shifts)):
+        if leaf[2] == "int":
+            values = np.asarray(array, dtype=np.int64).ravel()
+            if values.size and np.abs(values).max() >= limit:
+                raise ValueError(
+                    f"{who}: component {k} of the secure sum holds integers beyond "
+                    f"{limit:.3g}, which the sum of {n_clients} clients could not hold"
+                )
+            pieces.append(values)
+            continue
+        values = np.asarray(array, dtype=np.float64).ravel()
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{who}: component {k} of the secure sum is not finite")
+        scaled = np.rint(np.ldexp(values, shift))
+        if scaled.size and np.abs(scaled).max() >= limit:
+            raise ValueError(
+                f"{who}: component {k} of the secure sum exceeds its public bound "
+                f"(|x| up to {np.abs(values).max():.6g}, encoded at 2**{shift}): refusing to "
+                "upload rather than wrap around"
+            )
+        pieces.append(scaled.astype(np.int64))
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return flat.view(np.uint64)
+
+
+def _pair_key(seed, sum_index):
+    return hashlib.sha256(bytes(seed) + b"|pair|" + str(int(sum_index)).encode()).digest()
+
+
+def _pair_mask(seed, sum_index, n):
+    return keystream(_pair_key(seed, sum_index), b"pairwise mask", n)
+
+
+def _self_mask(seed_int, n):
+    return keystream(int(seed_int).to_bytes(16, "little"), b"self mask", n)
+
+
+def secure_sum_seed_step(data, inbox, state, party, *, neighbours):
+    """Set-up client step: a fresh pairwise seed to every later neighbour (peer messages)."""
+    me = party.index
+    seeds = {j: party.rng.bytes(16) for j in neighbours[me] if j > me}
+    return Reply(to_peers=seeds, keep={"secure sum: seeds sent": seeds})
+
+
+def _pairwise_seeds(inbox, state):
+    seeds = dict(state.get("secure sum: seeds", {}))
+    seeds.update(state.get("secure sum: seeds sent", {}))
+    seeds.update({int(j): s for j, s in inbox.get(TAG_SEEDS, {}).items()})
+    return seeds
+
+
+def secure_sum_upload_step(
+    data,
+    inbox,
+    state,
+    party,
+    *,
+    inner,
+    inner_public,
+    sum_index,
+    participants,
+    neighbours,
+    threshold,
+    shifts,
+    n_clients,
+):
+    """Client step: run ``inner``, mask its vector, upload it; share the self-mask seed.
+
+    ``inner`` names a client step (``module:function``) whose ``send`` is the
+    vector (an array, or a tuple of arrays) to add up; what it keeps and
+    outputs is kept and output as usual.
+    """
+    from ..federation._runtime import resolve_client_step
+
+    me = party.index
+    seeds = _pairwise_seeds(inbox, state)
+    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
+    keep = {**reply.keep, "secure sum: seeds": seeds}
+    if reply.send is None:
+        return Reply(keep=keep, output=reply.output)
+    arrays, spec = _structure(reply.send)
+    if shifts is None:
+        shifts = [0] * len(arrays)
+    vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
+    n = vector.size
+    masked = vector.copy()
+    active = set(participants)
+    for j in neighbours[me]:
+        if j not in active:
+            continue
+        mask = _pair_mask(seeds[j], sum_index, n)
+        if j > me:
+            masked += mask
+        else:
+            masked -= mask
+    self_seed = int.from_bytes(party.rng.bytes(16), "little") >> (128 - _SEED_BITS)
+    masked += _self_mask(self_seed, n)
+    mine = [j for j in neighbours[me] if j in active]
+    shares = (
+        shamir_split(self_seed, len(mine), min(threshold, len(mine)), party.rng) if mine else []
+    )
+    to_peers = {
+        j: np.array([sum_index, k + 1, share >> 64, share & (2**64 - 1)], dtype=np.uint64)
+        for k, (j, share) in enumerate(zip(mine, shares))
+    }
+    return Reply(send=(masked, spec), keep=keep, to_peers=to_peers, output=reply.output)
+
+
+def secure_sum_unmask_step(data, inbox, state, party, *, sum_index, neighbours):
+    """Client step: reveal survivors' self-mask shares and dropped neighbours' pair keys.
+
+    Who uploaded and who dropped is the server's announcement (a message). An
+    honest client never reveals both for one neighbour in one sum, and
+    reveals a self-mask share only of a neighbour whose share it received.
+    """
+    me = party.index
+    announced = inbox[TAG_SURVIVORS]
+    survivors, dropped = set(announced["survivors"]), set(announced["dropped"])
+    if survivors & dropped:
+        raise SecureSumError(
+            f"the server announced clients {sorted(survivors & dropped)} as both uploaded "
+            "and dropped; refusing to unmask"
+        )
+    received = inbox.get(TAG_UPLOAD, {})
+    seeds = dict(state.get("secure sum: seeds", {}))
+    b_shares, pair_keys = [], []
+    for j in neighbours[me]:
+        if j in survivors and j in received:
+            share = np.asarray(received[j], dtype=np.uint64)
+            if int(share[0]) != sum_index:
+                raise SecureSumError(f"client {j}'s share belongs to another sum")
+            b_shares.append([j, int(share[1]), int(share[2]), int(share[3])])
+        elif j in dropped:
+            if j in received:
+                raise SecureSumError(
+                    f"client {j} is announced as dropped but its share of this sum reached "
+                    "this client: refusing to reveal its pairwise key"
+                )
+            key = np.frombuffer(_pair_key(seeds[j], sum_index), dtype=np.uint64)
+            pair_keys.append([j, *key.tolist()])
+    return Reply(
+        send=(
+            np.array(b_shares, dtype=np.uint64).reshape(-1, 4),
+            np.array(pair_keys, dtype=np.uint64).reshape(-1, 5),
+        )
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Server side
+# --------------------------------------------------------------------------- #
+def unmask_sum(uploads, reveals, *, sum_index, neighbours, participants, threshold):
+    """Server step: the sum of the survivors' vectors from masked uploads and reveals.
+
+    Returns
+    -------
+    total : ndarray of uint64
+        The encoded sum.
+    spec : list
+        The structure of the summed payload.
+    """
+    survivors = sorted(uploads)
+    specs = {repr(uploads[c][1]) for c in survivors}
+    if len(specs) != 1:
+        raise SecureSumError("the clients' vectors have different shapes; they cannot be added")
+    spec = uploads[survivors[0]][1]
+    total = np.zeros_like(np.asarray(uploads[survivors[0]][0], dtype=np.uint64))
+    for c in survivors:
+        total += np.asarray(uploads[c][0], dtype=np.uint64)
+    n = total.size
+    shares = {c: {} for c in survivors}
+    keys = {}
+    for j, (b_shares, pair_keys) in reveals.items():
+        for owner, x, hi, lo in np.asarray(b_shares, dtype=np.uint64).tolist():
+            if owner in shares:
+                shares[owner][int(x)] = (int(hi) << 64) | int(lo)
+        for row in np.asarray(pair_keys, dtype=np.uint64).tolist():
+            keys[(int(row[0]), j)] = np.array(row[1:], dtype=np.uint64).tobytes()
+    for c in survivors:
+        active = [j for j in neighbours[c] if j in participants]
+        needed = min(threshold, len(active))
+        if needed == 0:
+            continue
+        if len(shares[c]) < needed:
+            raise SecureSumError(
+                f"only {len(shares[c])} of client {c}'s neighbours revealed its self-mask "
+                f"share; {needed} are needed (threshold): too many clients dropped"
+            )
+        points = dict(list(sorted(shares[c].items()))[:needed])
+        total -= _self_mask(shamir_combine(points), n)
+    dropped = sorted(set(participants) - set(survivors))
+    for i in dropped:
+        for j in neighbours[i]:
+            if j not in uploads:
+                continue
+            key = keys.get((i, j))
+            if key is None:
+                raise SecureSumError(
+                    f"client {j} uploaded but did not reveal its pairwise key with the dropped "
+                    f"client {i}: the sum cannot be unmasked"
+                )
+            mask = keystream(key, b"pairwise mask", n)
+            # j added +mask towards a later neighbour i, -mask towards an earlier one.
+            if i > j:
+                total -= mask
+            else:
+                total += mask
+    return total, spec
+
+
+def decode_sum(total, spec, shifts):
+    """The summed payload from its encoding: integers as they are, floats from fixed point."""
+    signed = total.view(np.int64)
+    parts, position = [], 0
+    for leaf, shift in zip(_leaves(spec), shifts):
+        size = int(np.prod(leaf[1], dtype=np.int64))
+        part = signed[position : position + size]
+        parts.append(part.copy() if leaf[2] == "int" else np.ldexp(part.astype(np.float64), -shift))
+        position += size
+    return _rebuild_parts(spec, parts)[0]
+
+
+def _rebuild_parts(spec, parts, position=0):
+    if spec[0] == "tuple":
+        items = []
+        for sub in spec[1]:
+            item, position = _rebuild_parts(sub, parts, position)
+            items.append(item)
+        return tuple(items), position
+    return parts[position].reshape(tuple(spec[1])), position + 1
+
+
+# --------------------------------------------------------------------------- #
+# The aggregator a protocol uses
+# --------------------------------------------------------------------------- #
+class SecureAggregator:
+    """Secure sums over the clients of one runtime (see the module docstring).
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime.
+    seed : int
+        Public seed of the communication graph (drawn by the server).
+    degree : int, default=None
+        Neighbours per client; ``None`` uses :func:`default_degree`.
+    threshold : int, default=None
+        Self-mask shares needed to unmask a client: the sum survives as long
+        as every surviving client keeps at least this many surviving
+        neighbours. ``None`` uses a majority of the neighbours
+        (``degree // 2 + 1``). Colluding with ``threshold`` of a client's
+        neighbours, the server could unmask that client.
+
+    Attributes
+    ----------
+    n_sums : int
+        Secure sums made so far.
+    """
+
+    def __init__(self, runtime, *, seed, degree=None, threshold=None):
+        self.runtime = runtime
+        n = runtime.n_clients
+        self.degree = default_degree(n) if degree is None else int(degree)
+        if not 0 <= self.degree <= max(n - 1, 0):
+            raise ValueError(f"degree={degree} must be in [0, n_clients - 1 = {n - 1}]")
+        self.neighbours = harary_neighbours(n, self.degree, int(seed))
+        full = min(len(nb) for nb in self.neighbours) if n > 1 else 0
+        self.threshold = full // 2 + 1 if threshold is None else int(threshold)
+        if not 1 <= self.threshold <= max(full, 1):
+            raise ValueError(
+                f"threshold={threshold} must be between 1 and the number of neighbours "
+                f"of a client ({full})"
+            )
+        self.n_sums = 0
+        self._set_up = False
+
+    def _setup(self):
+        if self._set_up:
+            return
+        self.runtime.stage("secure sum: pairwise seeds between neighbours (set-up)")
+        self.runtime.run(
+            secure_sum_seed_step, tag=TAG_SEEDS, setup=True, neighbours=self.neighbours
+        )
+        self._set_up = True
+
+    def sum(self, step, *, tag, bounds=None, clients=None, **public):
+        """Securely add what ``step`` sends on every client of ``clients``.
+
+        Parameters
+        ----------
+        step : callable
+            A module-level client step whose ``send`` is an array or a tuple
+            of arrays (the same shapes on every client).
+        tag : str
+            Name of the sum in progress messages.
+        bounds : float, sequence or None, default=None
+            Public bound on the absolute entries of each float component on
+            any one client (one per component, ``None`` for an integer one,
+            or one number for all); integer components need none. Required
+            when the payload has float components.
+        clients : list of int, default=None
+            Clients taking part; all by default.
+        **public
+            Public constants of ``step``.
+
+        Returns
+        -------
+        total : object
+            The sum, with the structure of one client's payload.
+        survivors : list of int
+            The clients whose vectors are in the sum.
+        """
+        from ..federation._runtime import client_step_name
+
+        self._setup()
+        runtime = self.runtime
+        participants = list(range(runtime.n_clients)) if clients is None else sorted(clients)
+        sum_index = self.n_sums
+        self.n_sums += 1
+        shifts = None
+        if bounds is not None:
+            bounds = [bounds] if isinstance(bounds, numbers.Real) else list(bounds)
+            # None: an integer component, summed exactly.
+            shifts = [0 if b is None else fixed_point_shift(b, len(participants)) for b in bounds]
+        runtime.stage(f"secure sum {tag!r}: masked vectors up")
+        uploads = runtime.run(
+            secure_sum_upload_step,
+            tag=TAG_UPLOAD,
+            clients=participants,
+            may_drop=True,
+            inner=client_step_name(step),
+            inner_public=public,
+            sum_index=sum_index,
+            participants=participants,
+            neighbours=self.neighbours,
+            threshold=self.threshold,
+            shifts=shifts,
+            n_clients=len(participants),
+        )
+        if not uploads:
+            raise SecureSumError(f"no client uploaded its vector for the secure sum {tag!r}")
+        survivors = sorted(uploads)
+        dropped = sorted(set(participants) - set(survivors))
+        spec = next(iter(uploads.values()))[1]
+        n_components = len(_leaves(spec))
+        if shifts is None:
+            if any(leaf[2] == "float" for leaf in _leaves(spec)):
+                raise ValueError(
+                    f"the secure sum {tag!r} adds floats: give public bounds on their entries"
+                )
+            shifts = [0] * n_components
+        elif len(shifts) == 1 and n_components > 1:
+            shifts = shifts * n_components
+        runtime.broadcast({"survivors": survivors, "dropped": dropped}, tag=TAG_SURVIVORS)
+        runtime.stage(f"secure sum {tag!r}: unmasking ({len(dropped)} dropped)")
+        reveals = runtime.run(
+            secure_sum_unmask_step,
+            tag=TAG_UNMASK,
+            clients=survivors,
+            may_drop=True,
+            sum_index=sum_index,
+            neighbours=self.neighbours,
+        )
+        total, spec = runtime.server(
+            unmask_sum,
+            uploads,
+            reveals,
+            sum_index=sum_index,
+            neighbours=self.neighbours,
+            participants=participants,
+            threshold=self.threshold,
+        )
+        return decode_sum(total, spec, shifts), survivors

@@ -1,0 +1,237 @@
+"""Secure aggregation: the server gets the sum, not a client's vector; dropouts; fixed point."""
+
+import numpy as np
+import pytest
+
+from skfedclust.federation import Federation, InProcessRuntime, Reply
+from skfedclust.secure import (
+    MERSENNE_127,
+    SecureAggregator,
+    SecureSumError,
+    default_degree,
+    fixed_point_shift,
+    harary_neighbours,
+    shamir_combine,
+    shamir_split,
+)
+from skfedclust.secure._secure_sum import (
+    TAG_SURVIVORS,
+    TAG_UNMASK,
+    TAG_UPLOAD,
+    _encode,
+    _self_mask,
+    _structure,
+)
+from skfedclust.utils.protocol_checks import RecordingRuntime
+
+
+def column_sums_and_count(data, inbox, state, party):
+    return Reply(send=(data.sum(axis=0), np.array([data.shape[0]], dtype=np.int64)))
+
+
+def counts_only(data, inbox, state, party):
+    return Reply(send=np.array([data.shape[0], 1], dtype=np.int64))
+
+
+def _runtime(n_clients=6, n=120, d=3, offset=0.0, entropy=(1,), cls=InProcessRuntime, **kw):
+    X = np.random.RandomState(0).normal(size=(n, d)) + offset
+    rows = np.array_split(np.random.RandomState(1).permutation(n), n_clients)
+    fed = Federation(X, rows)
+    fed.spawn_seeds(np.random.RandomState(2))
+    return X, rows, cls(fed, private_entropy=list(entropy), **kw)
+
+
+class Losing(InProcessRuntime):
+    """Loses the replies of some parties in some exchanges (a network that drops them)."""
+
+    lose: dict = {}
+
+    def _lost(self, tag, party):
+        return party in self.lose.get(tag, ())
+
+
+# --------------------------------------------------------------------------- #
+# Building blocks
+# --------------------------------------------------------------------------- #
+def test_shamir_rebuilds_from_any_threshold_shares_only():
+    rng = np.random.default_rng(0)
+    secret = int(rng.integers(0, 2**62)) << 50
+    shares = shamir_split(secret, 7, 4, rng)
+    for subset in ([1, 2, 3, 4], [7, 5, 3, 1], [2, 4, 6, 7]):
+        assert shamir_combine({x: shares[x - 1] for x in subset}) == secret
+    assert shamir_combine({x: shares[x - 1] for x in (1, 2, 3)}) != secret
+    assert all(0 <= s < MERSENNE_127 for s in shares)
+    with pytest.raises(ValueError, match="threshold=8"):
+        shamir_split(secret, 7, 8, rng)
+
+
+@pytest.mark.parametrize("n", [2, 5, 10, 100, 1000])
+def test_the_graph_is_symmetric_regular_and_logarithmic(n):
+    k = default_degree(n)
+    neighbours = harary_neighbours(n, k, seed=3)
+    for i, nb in enumerate(neighbours):
+        assert i not in nb
+        assert all(i in neighbours[j] for j in nb)
+        assert len(nb) == min(k - k % 2, n - 1) or len(nb) == n - 1
+    assert k <= max(4, 2 * int(np.ceil(np.log2(n))))
+
+
+def test_fixed_point_shift_keeps_the_sum_in_int64():
+    for bound, n in [(1.0, 10), (1.7e9 * 200, 7), (1e-12, 3), (1e300, 2)]:
+        s = fixed_point_shift(bound, n)
+        assert n * bound * 2.0**s < 2.0**62
+        assert n * bound * 2.0 ** (s + 2) >= 2.0**62
+
+
+# --------------------------------------------------------------------------- #
+# The sum, and nothing else
+# --------------------------------------------------------------------------- #
+def test_secure_sum_is_the_sum_at_a_large_offset_and_counts_its_messages():
+    X, rows, runtime = _runtime(offset=1.7e9)
+    aggregator = SecureAggregator(runtime, seed=0)
+    bound = np.abs(X).max() * max(len(r) for r in rows)
+    (sums, count), survivors = aggregator.sum(
+        column_sums_and_count, tag="moments", bounds=[bound, None]
+    )
+    exact = np.array([np.sum(X[r], axis=0) for r in rows]).sum(axis=0)
+    # Fixed point at 2**-s with n * bound * 2**s < 2**62: error below n * 2**-(s+1).
+    s = fixed_point_shift(bound, len(rows))
+    np.testing.assert_allclose(sums, exact, rtol=0, atol=len(rows) * 2.0 ** -(s + 1) + 1e-3)
+    assert count.tolist() == [len(X)] and survivors == list(range(6))
+    report = runtime.ledger.report()
+    assert report["setup_rounds"] == 1 and report["rounds"] == 2
+    # Set-up: one 16-byte seed per edge of the graph, as peer bytes.
+    edges = sum(len(nb) for nb in aggregator.neighbours) // 2
+    setup = [m for m in runtime.ledger.messages if m.tag == "secure sum: pairwise seeds"]
+    assert sum(m.nbytes for m in setup) == 16 * edges
+
+
+def test_a_second_sum_reuses_the_set_up():
+    _, _, runtime = _runtime()
+    aggregator = SecureAggregator(runtime, seed=0)
+    first, _ = aggregator.sum(counts_only, tag="a")
+    second, _ = aggregator.sum(counts_only, tag="b")
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(first, [120, 6])
+    assert runtime.ledger.report()["setup_rounds"] == 1
+    assert runtime.ledger.report()["rounds"] == 4
+
+
+def _server_view(entropy=(1,)):
+    """An honest sum of the row counts; what its server step received."""
+    _, rows, runtime = _runtime(entropy=entropy, cls=RecordingRuntime)
+    total, _ = SecureAggregator(runtime, seed=0).sum(counts_only, tag="counts")
+    ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
+    return rows, total, uploads, reveals
+
+
+def test_the_server_never_gets_what_opens_one_clients_upload():
+    rows, total, uploads, reveals = _server_view()
+    np.testing.assert_array_equal(total, [120, 6])
+    plain = {
+        c: _encode(*_structure(np.array([len(r), 1])), [0, 0], 6, "t") for c, r in enumerate(rows)
+    }
+    # Nobody dropped: no pairwise key is revealed, only self-mask shares.
+    assert all(np.asarray(pair_keys).shape[0] == 0 for _, pair_keys in reveals.values())
+    # The server can rebuild every self mask, and opening one upload with it
+    # still leaves that client's pairwise masks on its vector...
+    opened = {}
+    for c in uploads:
+        shares = {
+            int(x): (int(hi) << 64) | int(lo)
+            for b_shares, _ in reveals.values()
+            for owner, x, hi, lo in np.asarray(b_shares).tolist()
+            if owner == c
+        }
+        opened[c] = np.asarray(uploads[c][0]) - _self_mask(shamir_combine(shares), 2)
+        assert not np.array_equal(opened[c], plain[c])
+    # ... which cancel only in the sum of all of them.
+    np.testing.assert_array_equal(sum(opened.values()), sum(plain.values()))
+
+
+def test_uploads_are_masked_by_the_parties_private_draws():
+    _, first, uploads_a, _ = _server_view(entropy=(1,))
+    _, second, uploads_b, _ = _server_view(entropy=(2,))
+    np.testing.assert_array_equal(first, second)
+    for c in uploads_a:
+        assert not np.array_equal(uploads_a[c][0], uploads_b[c][0])
+    _, _, again, _ = _server_view(entropy=(1,))
+    for c in uploads_a:
+        np.testing.assert_array_equal(uploads_a[c][0], again[c][0])
+
+
+def test_a_server_that_calls_a_client_dropped_after_its_upload_is_refused():
+    # The attack: keep client 0's masked upload, announce it as dropped to get
+    # its pairwise keys. Its neighbours received its self-mask shares in the
+    # same exchange, so they know it uploaded and refuse.
+    _, _, runtime = _runtime()
+
+    def lying_broadcast(payload, *, tag, clients=None):
+        if tag == TAG_SURVIVORS:
+            payload = {
+                "survivors": [c for c in payload["survivors"] if c != 0],
+                "dropped": [0],
+            }
+        return InProcessRuntime.broadcast(runtime, payload, tag=tag, clients=clients)
+
+    runtime.broadcast = lying_broadcast
+    with pytest.raises(SecureSumError, match="client 0 is announced as dropped but its share"):
+        SecureAggregator(runtime, seed=0).sum(counts_only, tag="attack")
+
+
+# --------------------------------------------------------------------------- #
+# Dropouts and bounds
+# --------------------------------------------------------------------------- #
+def test_a_client_dropping_after_masking_is_left_out_of_the_sum():
+    X, rows, runtime = _runtime(cls=Losing)
+    Losing.lose = {TAG_UPLOAD: {2}}
+    try:
+        aggregator = SecureAggregator(runtime, seed=0)
+        total, survivors = aggregator.sum(counts_only, tag="counts")
+    finally:
+        Losing.lose = {}
+    assert survivors == [0, 1, 3, 4, 5]
+    np.testing.assert_array_equal(total, [120 - len(rows[2]), 5])
+    # The neighbours revealed their per-sum pairwise keys with client 2.
+    unmask = [m for m in runtime.ledger.messages if m.tag == TAG_UNMASK]
+    assert {m.sender for m in unmask} == {0, 1, 3, 4, 5}
+
+
+def test_too_many_dropouts_in_unmasking_is_a_clear_error():
+    _, _, runtime = _runtime(n_clients=8, cls=Losing)
+    aggregator = SecureAggregator(runtime, seed=0, threshold=5)
+    Losing.lose = {TAG_UNMASK: {1, 2, 3, 4}}
+    try:
+        with pytest.raises(SecureSumError, match=r"neighbours revealed .* needed \(threshold\)"):
+            aggregator.sum(counts_only, tag="counts")
+    finally:
+        Losing.lose = {}
+
+
+def test_entries_beyond_the_public_bound_are_refused_not_wrapped():
+    X, _, runtime = _runtime(offset=1.7e9)
+    with pytest.raises(ValueError, match="exceeds its public bound.*refusing to upload"):
+        SecureAggregator(runtime, seed=0).sum(
+            column_sums_and_count, tag="moments", bounds=[1.0, None]
+        )
+
+
+def test_float_payloads_need_bounds_and_parameters_are_checked():
+    _, _, runtime = _runtime()
+    with pytest.raises(ValueError, match="adds floats: give public bounds"):
+        SecureAggregator(runtime, seed=0).sum(column_sums_and_count, tag="moments")
+    with pytest.raises(ValueError, match="threshold=9"):
+        SecureAggregator(runtime, seed=0, threshold=9)
+    with pytest.raises(ValueError, match="degree=6"):
+        SecureAggregator(runtime, seed=0, degree=6)
+
+
+def test_peer_bytes_per_client_grow_with_the_degree_not_the_clients():
+    per_client = {}
+    for n in (10, 100):
+        _, _, runtime = _runtime(n_clients=n, n=4 * n, d=2)
+        SecureAggregator(runtime, seed=0).sum(counts_only, tag="counts")
+        peer = runtime.ledger.report()["bytes_peer"]
+        per_client[n] = peer / n
+    degree_ratio = default_degree(100) / default_degree(10)
+    assert per_client[100] / per_client[10] <= degree_ratio * 1.01
