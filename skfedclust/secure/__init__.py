@@ -1,4 +1,8 @@
-"""Secure primitives: prime-field arithmetic and Lagrange coded computing.
+"""Secure primitives: secure aggregation, prime-field arithmetic, Lagrange coded computing.
+
+:class:`SecureAggregator` gives a protocol the sum of the clients' vectors
+and nothing else (pairwise and self masks on a sparse graph, dropout
+tolerant, fixed point with a checked range).
 
 :func:`lcc_squared_distances` computes the exact global squared-distance
 matrix of horizontally partitioned data from Lagrange-coded shares (the
@@ -42,9 +46,29 @@ from ._lcc import (
     quantize,
     server_decoding_weights,
 )
+from ._secure_sum import (
+    MERSENNE_127,
+    SecureAggregator,
+    SecureSumError,
+    default_degree,
+    fixed_point_shift,
+    harary_neighbours,
+    keystream,
+    shamir_combine,
+    shamir_split,
+)
 
 __all__ = [
     "DEFAULT_PRIME",
+    "MERSENNE_127",
+    "SecureAggregator",
+    "SecureSumError",
+    "default_degree",
+    "fixed_point_shift",
+    "harary_neighbours",
+    "keystream",
+    "shamir_combine",
+    "shamir_split",
     "FAST_PRIME",
     "FactorNoiseScales",
     "add_gaussian_noise",
