@@ -235,3 +235,21 @@ def test_peer_bytes_per_client_grow_with_the_degree_not_the_clients():
         per_client[n] = peer / n
     degree_ratio = default_degree(100) / default_degree(10)
     assert per_client[100] / per_client[10] <= degree_ratio * 1.01
+
+
+def deviations(data, inbox, state, party, *, center):
+    return Reply(send=data - np.asarray(center))
+
+
+def test_agree_bound_is_a_power_of_two_above_every_clients_largest_entry():
+    from skfedclust.secure import agree_bound
+
+    X, rows, runtime = _runtime(offset=1.7e9)
+    aggregator = SecureAggregator(runtime, seed=0)
+    center = X.mean(axis=0)
+    bound = agree_bound(aggregator, deviations, tag="spread", center=center)
+    largest = np.abs(X - center).max()
+    assert largest <= bound < 2 * largest
+    assert np.log2(bound) == int(np.log2(bound))
+    # What the server learned is a histogram of exponents (one count per client).
+    assert runtime.ledger.report()["rounds"] == 2

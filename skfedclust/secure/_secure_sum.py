@@ -63,6 +63,7 @@ from ..federation import Reply
 __all__ = [
     "MERSENNE_127",
     "SecureAggregator",
+    "agree_bound",
     "SecureSumError",
     "decode_sum",
     "default_degree",
@@ -604,3 +605,71 @@ class SecureAggregator:
             threshold=self.threshold,
         )
         return decode_sum(total, spec, shifts), survivors
+
+
+# --------------------------------------------------------------------------- #
+# A public bound from a secure sum
+# --------------------------------------------------------------------------- #
+#: Binary exponents a bound may take: every finite float64 magnitude.
+_MIN_EXPONENT, _MAX_EXPONENT = -1075, 1025
+
+
+def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public):
+    """Client step: one-hot of the binary exponent of the largest ``|x|`` ``inner`` sends.
+
+    Added up by a secure sum, the histograms tell the server how many clients
+    have their largest entry in each power-of-two range, and not which ones.
+    """
+    from ..federation._runtime import resolve_client_step
+
+    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
+    values = np.abs(np.asarray(reply.send, dtype=np.float64))
+    largest = float(values.max()) if values.size else 0.0
+    if not np.isfinite(largest):
+        raise ValueError(f"client {party.index}: the values to bound are not finite")
+    exponent = math.frexp(largest)[1] if largest > 0 else _MIN_EXPONENT
+    onehot = np.zeros(_MAX_EXPONENT - _MIN_EXPONENT + 1, dtype=np.int64)
+    onehot[exponent - _MIN_EXPONENT] = 1
+    return Reply(send=onehot)
+
+
+def agree_bound(aggregator, step, *, tag, clients=None, **public):
+    """A public bound on what ``step`` sends on every client, from a secure sum.
+
+    Each client adds a one-hot vector of the binary exponent of its largest
+    entry; the server learns the histogram of those exponents (how many
+    clients' largest entries fall in each power-of-two range, not whose) and
+    takes the power of two above the largest. The bound is then at most twice
+    the largest entry of any client.
+
+    Parameters
+    ----------
+    aggregator : SecureAggregator
+        The fit's aggregator.
+    step : callable
+        A client step whose ``send`` is the array to bound.
+    tag : str
+        Name of the sum.
+    clients : list of int, default=None
+        Clients taking part.
+    **public
+        Public constants of ``step``.
+
+    Returns
+    -------
+    bound : float
+        A power of two not below any client's largest ``|x|`` (0.0 when all
+        are 0).
+    """
+    from ..federation._runtime import client_step_name
+
+    histogram, _ = aggregator.sum(
+        exponent_histogram_step,
+        tag=tag,
+        clients=clients,
+        inner=client_step_name(step),
+        inner_public=public,
+    )
+    present = np.flatnonzero(histogram)
+    top = int(present.max()) + _MIN_EXPONENT if present.size else _MIN_EXPONENT
+    return 0.0 if top == _MIN_EXPONENT else math.ldexp(1.0, top)
