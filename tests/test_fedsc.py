@@ -14,6 +14,7 @@ from threadpoolctl import threadpool_limits
 
 from skfedclust import FedSpectralClustering
 from skfedclust.clusterers._njw import njw_spectral_clustering
+from skfedclust.federation import use_runtime
 from skfedclust.methods._fedsc import (
     TAG_COEF,
     TAG_RANK,
@@ -35,7 +36,7 @@ from skfedclust.methods._fedsc_core import (
 )
 from skfedclust.metrics import clustering_accuracy
 from skfedclust.secure import clip_rows, data_noise_scale, factor_noise_scales
-from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
+from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 F8 = 8  # bytes of a float64 (and of a Python int or float scalar)
 I4 = 4  # bytes of an int32 label
@@ -426,6 +427,60 @@ def test_relative_factor_noise_is_on_the_wire_and_hides_the_samples(iris_clients
     np.testing.assert_array_equal(again.labels_, est.labels_)
 
 
+class OtherPrivateEntropy(RecordingRuntime):
+    """The same fit, but the parties' private generators start from other entropy."""
+
+    def __init__(self, *args, private_entropy=None, **kwargs):
+        super().__init__(*args, private_entropy=[2024, 11, 25], **kwargs)
+
+
+def _fit_on(factory, clients, **kw):
+    RecordingRuntime.instances = []
+    with use_runtime(factory):
+        est = FedSpectralClustering(3, n_rounds=3, kmeans_n_init=5, random_state=0, **kw)
+        est.fit(clients)
+    return est, RecordingRuntime.instances[-1]
+
+
+def _first_dictionary(runtime):
+    (_, inputs, public) = next(
+        s for s in runtime.server_inputs if s[0] == "fedsc_initial_dictionary"
+    )
+    return fedsc_initial_dictionary(*inputs, **public), public["seed"]
+
+
+def test_noise_comes_from_the_private_generators_and_public_choices_do_not(iris_clients):
+    """Same random_state: the same fit. Other private entropy: other noise, same public draws."""
+    clients, _ = iris_clients
+    kw = dict(privacy="factors", noise_ratio=0.1)
+    a, run_a = _fit_on(RecordingRuntime, clients, **kw)
+    b, run_b = _fit_on(RecordingRuntime, clients, **kw)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    c, run_c = _fit_on(OtherPrivateEntropy, clients, **kw)
+    # Public: the clients' seeds, the hyperparameters from the clean set-up statistics, the
+    # server's seed and first dictionary.
+    np.testing.assert_array_equal(run_c.seeds, run_a.seeds)
+    assert (c.bandwidth_, c.n_components_) == (a.bandwidth_, a.n_components_)
+    (Z_a, seed_a), (Z_c, seed_c) = _first_dictionary(run_a), _first_dictionary(run_c)
+    assert seed_a == seed_c
+    np.testing.assert_array_equal(Z_a, Z_c)
+    # Private: the noise on the first uploads, made from the same clean step.
+    first_a = received(run_a, TAG_UPLOAD)[0].list()
+    first_c = received(run_c, TAG_UPLOAD)[0].list()
+    for X_p, up_a, up_c in zip(clients, first_a, first_c):
+        clean = client_update(X_p, Z_a, bandwidth=a.bandwidth_, lam=1e-2).dictionary
+        noise_a, noise_c = up_a["dictionary"] - clean, up_c["dictionary"] - clean
+        assert np.std(noise_c) == pytest.approx(up_c["noise_scale"], rel=0.5)
+        assert np.abs(np.corrcoef(noise_a.ravel(), noise_c.ravel())[0, 1]) < 0.6
+    assert not np.allclose(c.coef_, a.coef_)
+    # Without noise nothing private is drawn: other entropy, the same fit.
+    plain_a, _ = _fit_on(RecordingRuntime, clients)
+    plain_c, _ = _fit_on(OtherPrivateEntropy, clients)
+    np.testing.assert_array_equal(plain_c.coef_, plain_a.coef_)
+    np.testing.assert_array_equal(plain_c.labels_, plain_a.labels_)
+
+
 @pytest.mark.parametrize("mode", ["calibrated", "ratio"])
 def test_data_noise_is_added_once_to_the_rows_that_leave(iris_clients, mode):
     """privacy='data': the rows uploaded for the pooled shortcut are the perturbed ones."""
@@ -460,7 +515,7 @@ def test_data_noise_is_added_once_to_the_rows_that_leave(iris_clients, mode):
 # --------------------------------------------------------------------------- #
 # predict
 # --------------------------------------------------------------------------- #
-def test_predict_is_the_nearest_sample_in_the_reconstructed_kernel(iris_fit, iris_clients):
+def test_predict_is_the_most_similar_sample_in_the_reconstructed_kernel(iris_fit, iris_clients):
     est, _ = iris_fit
     X = np.vstack(iris_clients[0])
     np.testing.assert_array_equal(est.predict(X), est.labels_)
@@ -469,16 +524,63 @@ def test_predict_is_the_nearest_sample_in_the_reconstructed_kernel(iris_fit, iri
     K_zz = gaussian_kernel(est.dictionary_, bandwidth=est.bandwidth_)
     c_new = solve_coefficients(new, est.dictionary_, bandwidth=est.bandwidth_, lam=est.reg)
     C = est.coef_.T
+    # Normalised reconstructed kernel K_hat(x, i) / sqrt(K_hat(x, x) K_hat(i, i)).
+    cosine = (
+        c_new.T
+        @ K_zz
+        @ C
+        / np.sqrt(np.einsum("in,ij,jn->n", c_new, K_zz, c_new))[:, None]
+        / np.sqrt(np.einsum("in,ij,jn->n", C, K_zz, C))[None, :]
+    )
+    best = cosine.argmax(1)
+    assert np.all(np.sort(cosine, axis=1)[:, -2] < cosine.max(1) - 1e-9)  # no near-ties
+    np.testing.assert_array_equal(est._nearest_training_samples(new), best)
+    np.testing.assert_array_equal(est.predict(new), est.stacked_labels_[best])
+    # Close to the nearest sample in the reconstructed kernel distance; not the nearest
+    # sample by raw coefficients.
     dist = (
         np.einsum("in,ij,jn->n", c_new, K_zz, c_new)[:, None]
         - 2 * c_new.T @ K_zz @ C
         + np.einsum("in,ij,jn->n", C, K_zz, C)[None, :]
     )
-    np.testing.assert_array_equal(est._nearest_training_samples(new), dist.argmin(1))
-    np.testing.assert_array_equal(est.predict(new), est.labels_[dist.argmin(1)])
-    # The rule is not the nearest sample by raw coefficients (or by input distance).
+    assert np.mean(est.labels_[dist.argmin(1)] == est.predict(new)) > 0.95
     by_coef = ((c_new.T[:, None, :] - C.T[None, :, :]) ** 2).sum(-1).argmin(1)
-    assert np.any(by_coef != dist.argmin(1))
+    assert np.any(by_coef != best)
+
+
+@pytest.mark.parametrize("distance", [1e5, 1e17, 1e200])
+def test_predict_far_from_the_data_is_the_label_of_the_nearest_samples(distance):
+    """The kernel underflows far away; the rule, relative to the nearest atom, does not.
+
+    KMeans.predict is exact at any distance; so is this: rows ``distance``
+    times the data's spread away (1e17: where the squared distances lose the
+    differences between atoms to rounding; 1e200: where they overflow) get the
+    label of the training samples nearest to them, and a direction's label
+    does not change with the distance.
+    """
+    X, _ = circles(seed=1)
+    est = FedSpectralClustering(2, n_rounds=10, kmeans_n_init=5, random_state=0).fit(X)
+    directions = np.random.default_rng(0).normal(size=(50, 2))
+    far = X.mean(0) + distance * X.std() * directions
+    # Nearest training sample without forming |x|^2: argmax (x_i - m) . v - |x_i - m|^2 / 2s.
+    centred = X - X.mean(0)
+    reach = distance * X.std()
+    nearest = (centred @ directions.T - (centred**2).sum(1)[:, None] / (2 * reach)).argmax(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = est.predict(far)
+    np.testing.assert_array_equal(labels, est.labels_[nearest])
+    np.testing.assert_array_equal(labels, est.predict(X.mean(0) + 1e3 * X.std() * directions))
+    # On iris too, whose clusters the outer rows do not all share.
+    X = load_iris().data
+    est = FedSpectralClustering(3, n_rounds=5, kmeans_n_init=5, random_state=0).fit(X)
+    directions = np.random.default_rng(1).normal(size=(200, 4))
+    centred = X - X.mean(0)
+    far = X.mean(0) + distance * X.std(0) * directions
+    nearest = (
+        centred @ (X.std(0) * directions).T - (centred**2).sum(1)[:, None] / (2 * distance)
+    ).argmax(0)
+    assert np.mean(est.predict(far) == est.labels_[nearest]) > 0.85
 
 
 def test_predict_labels_new_points_of_the_circles():
@@ -534,6 +636,57 @@ def test_bad_parameters_give_clear_errors(params, message):
     X = load_iris().data
     with pytest.raises(ValueError, match=message):
         FedSpectralClustering(3, **params).fit(X)
+
+
+CENTRED_IRIS = load_iris().data - load_iris().data.mean(0)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        # 2 r**2 underflows to 0 (was a ZeroDivisionError) or overflows (was NaN coefficients).
+        (dict(bandwidth=1e-300), r"bandwidth=1e-300 is outside .* underflows to 0"),
+        (dict(bandwidth=1e300), r"bandwidth=1e\+300 is outside .* overflows to inf"),
+        # Noise whose squares overflow: named by the parameter that asks for it.
+        (
+            dict(privacy="data", epsilon=1e-300, delta=1e-5, clip_norm=5.0),
+            r"epsilon=1e-300 .* standard deviation 4.84e\+301 on the rows.*larger epsilon",
+        ),
+        (
+            dict(CALIBRATED, epsilon=1e-300),
+            r"epsilon=1e-300 .* on every dictionary.*larger epsilon",
+        ),
+        (dict(privacy="data", noise_ratio=1e300), r"noise_ratio=1e\+300 .* client's rows"),
+        (dict(privacy="factors", noise_ratio=1e300), r"noise_ratio=1e\+300 .* dictionary"),
+        (
+            dict(privacy="factors", noise_ratio=(0.1, 1e300)),
+            r"noise_ratio=1e\+300 .* client's coefficients",
+        ),
+    ],
+)
+def test_values_float64_cannot_carry_are_named(params, message):
+    est = FedSpectralClustering(3, n_rounds=2, kmeans_n_init=2, random_state=0, **params)
+    with pytest.raises(ValueError, match=message):
+        est.fit(CENTRED_IRIS)
+
+
+def test_extreme_but_representable_values_still_fit():
+    """Just inside the limits the fit runs: noise far above the data, a huge bandwidth."""
+    kw = dict(n_rounds=2, kmeans_n_init=2, random_state=0)
+    for params in (
+        dict(privacy="data", epsilon=1e-140, delta=1e-5, clip_norm=5.0),
+        dict(privacy="data", noise_ratio=1e100),
+        dict(bandwidth=1e100),
+    ):
+        est = FedSpectralClustering(3, **kw, **params).fit(CENTRED_IRIS)
+        assert np.isfinite(est.coef_).all() and est.labels_.shape == (150,)
+
+
+def test_a_bandwidth_that_dwarfs_the_data_is_refused_by_the_clients():
+    """Kernel values all 1 to working precision carry nothing; the client says so."""
+    Z = CENTRED_IRIS[:3]
+    with pytest.raises(ValueError, match="dwarfs every distance"):
+        client_update(CENTRED_IRIS, Z, bandwidth=1e8, lam=1e-2, check_underflow=True)
 
 
 def test_large_epsilon_warns_that_the_classical_bound_does_not_apply():

@@ -38,6 +38,7 @@ from ..secure._dp import (
 from ._base import BaseFederatedClustering
 from ._fedsc_core import (
     MAX_SAMPLES,
+    _check_bandwidth,
     aggregate_dictionaries,
     client_update,
     combine_feature_sums,
@@ -49,6 +50,7 @@ from ._fedsc_core import (
     pair_distance_statistic,
     pooled_bandwidth,
     pooled_pair_bandwidth,
+    relative_coefficients,
     solve_coefficients,
 )
 
@@ -56,6 +58,10 @@ __all__ = ["FedSpectralClustering"]
 
 #: Clients simulated from a pooled ``X`` by default: the paper's P = 8.
 DEFAULT_N_CLIENTS = 8
+
+#: Largest noise standard deviation: perturbed values are squared (distances,
+#: kernels, ``C^T K C``), and float64 squares overflow near 1e308.
+MAX_NOISE_SCALE = 1e150
 
 # Message tags.
 TAG_STATS = "bandwidth and mean statistics"
@@ -73,7 +79,7 @@ def _client_rows(data, state):
     return state["rows"] if "rows" in state else data
 
 
-def _perturb(matrix, noise, rng):
+def _perturb(matrix, noise, rng, what):
     """Client-side noise on a release, before it is sent: ``(noisy, sigma)``.
 
     ``noise`` is ``None`` (no noise), ``("calibrated", clip_norm, sigma)``
@@ -91,6 +97,13 @@ def _perturb(matrix, noise, rng):
             matrix = clip_rows(matrix, noise[1])
     else:
         sigma = relative_noise_scale(matrix, noise[1])
+        if not sigma <= MAX_NOISE_SCALE:
+            raise ValueError(
+                f"noise_ratio={noise[1]:g} gives noise of standard deviation {sigma:.3g} on "
+                f"this client's {what}, above {MAX_NOISE_SCALE:.0e}: float64 arithmetic on "
+                "the perturbed values (squared distances, kernels) would overflow. Use a "
+                "smaller noise_ratio."
+            )
     return add_gaussian_noise(matrix, sigma, random_state=rng), sigma
 
 
@@ -124,7 +137,7 @@ def fedsc_prepare(
     send = {}
     rows = data
     if data_noise is not None:
-        rows, sigma = _perturb(data, data_noise, party.rng)
+        rows, sigma = _perturb(data, data_noise, party.rng, "rows")
         keep["rows"] = rows
         if data_noise[0] == "ratio":
             # Relative noise follows the spread of the private rows: only the
@@ -214,7 +227,7 @@ def fedsc_round(
     upload = update.dictionary
     if clip_norm is not None:
         upload = clip_rows(upload, clip_norm)
-    upload, sigma = _perturb(upload, dictionary_noise, party.rng)
+    upload, sigma = _perturb(upload, dictionary_noise, party.rng, "dictionary")
     send = {"dictionary": upload}
     if send_count:
         send["count"] = len(rows)
@@ -224,7 +237,7 @@ def fedsc_round(
         send["noise_scale"] = np.float64(sigma)
     if send_coef:
         # Noise and clipping act on one sample's vector: a row of C^T.
-        coef, coef_sigma = _perturb(update.coef.T, coef_noise, party.rng)
+        coef, coef_sigma = _perturb(update.coef.T, coef_noise, party.rng, "coefficients")
         send["coef"] = coef.T
         if _relative(coef_noise):
             send["coef_noise_scale"] = np.float64(coef_sigma)
@@ -249,7 +262,7 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, clip_norm, coef_noise)
     rows = _client_rows(data, state)
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
-    noisy, sigma = _perturb(coef.T, coef_noise, party.rng)
+    noisy, sigma = _perturb(coef.T, coef_noise, party.rng, "coefficients")
     send = {"coef": noisy.T}
     if _relative(coef_noise):
         send["noise_scale"] = np.float64(sigma)
@@ -571,12 +584,15 @@ class FedSpectralClustering(BaseFederatedClustering):
     Notes
     -----
     :meth:`predict` computes the coefficients of new points,
-    ``c = (K(Z, Z) + reg I)^-1 K(Z, x)``, and returns the label of the nearest
-    training sample in the feature space of the reconstructed kernel, i.e. the
-    training sample ``i`` minimising
-    ``K_hat(x, x) - 2 K_hat(x, i) + K_hat(i, i)``. A training row is its own
-    nearest neighbour (distance 0), so ``predict`` returns ``labels_`` on the
-    training rows unless the coefficients carry noise.
+    ``c = (K(Z, Z) + reg I)^-1 K(Z, x)``, and returns the label of the training
+    sample ``i`` with the largest normalised reconstructed kernel
+    ``K_hat(x, i) / sqrt(K_hat(x, x) K_hat(i, i))``: the nearest in the
+    kernel's feature space, whose vectors have unit norm. The rule ignores the
+    scale of ``c``, so it is computed from kernel values relative to the
+    nearest atom and stays exact where the kernel underflows, at any distance
+    from the data. A training row is its own best match, so ``predict``
+    returns ``labels_`` on the training rows unless the coefficients carry
+    noise.
 
     References
     ----------
@@ -749,6 +765,19 @@ class FedSpectralClustering(BaseFederatedClustering):
                 )
         return "calibrated"
 
+    def _check_noise_scale(self, sigma, what):
+        """Refuse a calibrated noise scale whose perturbed values float64 cannot square."""
+        if sigma <= MAX_NOISE_SCALE:
+            return
+        # The scales of the Gaussian mechanism are inversely proportional to epsilon.
+        raise ValueError(
+            f"epsilon={self.epsilon:g} (with delta={self.delta:g}, "
+            f"clip_norm={self.clip_norm:g}) calls for noise of standard deviation "
+            f"{sigma:.3g} on {what}, above {MAX_NOISE_SCALE:.0e}: float64 arithmetic on the "
+            "perturbed values (squared distances, kernels) would overflow. Use a larger "
+            f"epsilon (about {self.epsilon * sigma / MAX_NOISE_SCALE:.2g} or more)."
+        )
+
     # ------------------------------------------------------------ protocol
     def _run_protocol(self, runtime, random_state):
         mode = self._privacy_plan()
@@ -764,6 +793,8 @@ class FedSpectralClustering(BaseFederatedClustering):
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} exceeds the number of samples ({n_samples})."
             )
+        if not isinstance(self.bandwidth, str):
+            _check_bandwidth(self.bandwidth)
         seed_init, seed_server, seed_pooled = random_state.randint(np.iinfo(np.int32).max, size=3)
         calibrated_factors = mode == "calibrated" and self.privacy == "factors"
         clip_norm = self.clip_norm if calibrated_factors else None
@@ -781,6 +812,7 @@ class FedSpectralClustering(BaseFederatedClustering):
                 coef_noise = ("ratio", alpha_c) if alpha_c > 0 else None
         elif mode == "calibrated" and self.privacy == "data":
             sigma = data_noise_scale(self.epsilon, self.delta, self.clip_norm)
+            self._check_noise_scale(sigma, "the rows")
             data_noise = ("calibrated", self.clip_norm, sigma)
             self.noise_scales_ = {"data": sigma}
             self.privacy_spent_ = (float(self.epsilon), float(self.delta))
@@ -795,6 +827,8 @@ class FedSpectralClustering(BaseFederatedClustering):
                 n_rounds=self.n_rounds,
                 learning_rate=self.learning_rate,
             )
+            self._check_noise_scale(scales.dictionary, "every dictionary")
+            self._check_noise_scale(scales.coef, "the coefficients")
             dictionary_noise = ("calibrated", self.clip_norm, scales.dictionary)
             # Coefficients need no clipping: ||c|| <= sqrt(d) / reg always holds.
             coef_noise = ("calibrated", None, scales.coef)
@@ -857,7 +891,8 @@ class FedSpectralClustering(BaseFederatedClustering):
             d = runtime.server(fedsc_dictionary_size, ranks)
         elif d is None:
             d = int(self.n_components)
-        self.bandwidth_, self.n_components_ = float(r), int(d)
+        # A bandwidth computed from (degenerate) data must be usable too.
+        self.bandwidth_, self.n_components_ = _check_bandwidth(r), int(d)
 
         runtime.stage(f"server step: initial dictionary of {d} atoms")
         init_stats = (stats,) if stats is not None and send_sums else ()
@@ -973,7 +1008,7 @@ class FedSpectralClustering(BaseFederatedClustering):
                     ),
                     "coef": coef_scales if coef_noise is not None else np.zeros(P),
                 }
-        self._embedding = self._embed(self.coef_)
+        self._directions = _unit_rows(self._embed(self.coef_))
 
     def _n_neighbors(self, n_samples):
         if self.n_neighbors == "auto":
@@ -988,13 +1023,20 @@ class FedSpectralClustering(BaseFederatedClustering):
         return coef_rows @ (vectors * np.sqrt(np.maximum(values, 0.0)))
 
     def predict(self, X):
-        """Label new samples by their nearest training sample in the reconstructed kernel.
+        """Label new samples by the most similar training sample in the reconstructed kernel.
 
         The coefficients of every new point are
-        ``c = (K(Z, Z) + reg I)^-1 K(Z, x)``; its label is the one of the
-        training sample ``i`` minimising the reconstructed kernel distance
-        ``K_hat(x, x) - 2 K_hat(x, i) + K_hat(i, i)`` (ties: the lowest
-        input row). On the training rows this returns ``labels_`` unless the
+        ``c = (K(Z, Z) + reg I)^-1 K(Z, x)``; its label is the one the server
+        gave the training sample ``i`` with the largest normalised
+        reconstructed kernel
+        ``K_hat(x, i) / sqrt(K_hat(x, x) K_hat(i, i))`` (ties: the first in
+        the server's order). For exact features (``||phi(x)|| = 1``) this is
+        the nearest training sample in the kernel's feature space. The rule
+        does not depend on the scale of ``c``, so it is computed from kernel
+        values relative to the nearest atom, which stay exact where the
+        kernel itself underflows: a point far from the data gets the label
+        of the training samples closest to the atoms it is nearest to, at any
+        distance. On the training rows this returns their labels unless the
         coefficients carry noise (``privacy='factors'``).
 
         Parameters
@@ -1012,7 +1054,13 @@ class FedSpectralClustering(BaseFederatedClustering):
         return self.stacked_labels_[self._nearest_training_samples(X)]
 
     def _nearest_training_samples(self, X):
-        """Input row of the training sample nearest to each row of ``X`` in the
-        feature space of the reconstructed kernel."""
-        coef = solve_coefficients(X, self.dictionary_, bandwidth=self.bandwidth_, lam=self.reg)
-        return pairwise_distances_argmin(self._embed(coef.T), self._embedding)
+        """Row of ``coef_`` whose reconstructed feature vector has the direction
+        nearest to the one of each row of ``X``."""
+        coef = relative_coefficients(X, self.dictionary_, bandwidth=self.bandwidth_, lam=self.reg)
+        return pairwise_distances_argmin(_unit_rows(self._embed(coef.T)), self._directions)
+
+
+def _unit_rows(U):
+    """Rows scaled to unit length; zero rows stay zero."""
+    norms = np.linalg.norm(U, axis=1, keepdims=True)
+    return U / np.where(norms > 0, norms, 1.0)

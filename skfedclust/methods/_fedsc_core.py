@@ -77,6 +77,8 @@ __all__ = [
     "pooled_bandwidth",
     "pooled_pair_bandwidth",
     "preconditioned_dictionary_step",
+    "relative_coefficients",
+    "relative_kernel",
     "solve_coefficients",
     "squared_distances",
     "trilateration_attack",
@@ -104,6 +106,14 @@ POWER_ITERATIONS = 2
 #: atom, and the coefficients, hence the dictionary step, are 0 / 0.
 UNDERFLOW = 1e-12
 
+#: Bandwidths whose ``2 r**2`` is a normal float64 (the kernels divide by it).
+MIN_BANDWIDTH = math.sqrt(np.finfo(np.float64).tiny / 2.0)
+MAX_BANDWIDTH = math.sqrt(np.finfo(np.float64).max / 2.0)
+
+#: Above this value everywhere the kernel is 1 to working precision: the bandwidth
+#: dwarfs every distance and the kernel carries no information about the samples.
+SATURATION = 1.0 - 1e-12
+
 #: Relative singular-value cutoff of the least-squares dictionary step: the
 #: directions below it are the atoms the client's samples do not pull on.
 SINGULAR_CUTOFF = 1e-12
@@ -128,7 +138,16 @@ def _check_bandwidth(bandwidth):
         or bandwidth <= 0
     ):
         raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}.")
-    return float(bandwidth)
+    bandwidth = float(bandwidth)
+    # Every kernel divides by 2 r**2: it must be a normal float64, neither 0 nor inf.
+    if not MIN_BANDWIDTH <= bandwidth <= MAX_BANDWIDTH:
+        raise ValueError(
+            f"bandwidth={bandwidth:g} is outside [{MIN_BANDWIDTH:.3g}, {MAX_BANDWIDTH:.3g}]: "
+            f"the kernels divide by 2 bandwidth**2, which "
+            f"{'underflows to 0' if bandwidth < 1 else 'overflows to inf'} in float64. "
+            "Standardise the features, or give a bandwidth on their scale."
+        )
+    return bandwidth
 
 
 def _check_lam(lam):
@@ -231,6 +250,62 @@ def gaussian_kernel(A, B=None, *, bandwidth):
     return np.exp(K, out=K)
 
 
+def relative_kernel(dictionary, X, *, bandwidth):
+    """Kernel columns ``K(Z, x)`` divided by their largest entry, exact at any distance.
+
+    ``K(Z, x) / max_j k(z_j, x) = exp(-(D_j - min_j D_j) / (2 r**2))`` with
+    ``D_j = ||z_j - x||**2``. The common term ``||x - mean(Z)||**2`` cancels in
+    the difference and is never formed, so a point ``1e200`` away from the
+    atoms neither overflows nor loses the differences between its atom
+    distances to rounding: every column keeps a largest entry of 1 where
+    :func:`gaussian_kernel` underflows to 0 everywhere.
+
+    Parameters
+    ----------
+    dictionary : array-like of shape (n_components, n_features)
+        The atoms ``Z``.
+    X : array-like of shape (n_samples, n_features)
+        The points.
+    bandwidth : float
+        Kernel bandwidth ``r``.
+
+    Returns
+    -------
+    K : ndarray of shape (n_components, n_samples)
+        Entries in (0, 1], the largest of every column exactly 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedclust.methods._fedsc_core import relative_kernel
+    >>> Z = np.array([[0.0], [1.0]])
+    >>> relative_kernel(Z, [[1e200]], bandwidth=1.0)
+    array([[0.],
+           [1.]])
+    """
+    Z = _as_rows(dictionary, "dictionary")
+    X = _as_rows(X, "X")
+    r = _check_bandwidth(bandwidth)
+    if Z.shape[1] != X.shape[1]:
+        raise ValueError(f"dictionary has {Z.shape[1]} features but X has {X.shape[1]}.")
+    center = Z.mean(axis=0)
+    Zc = Z - center
+    # ||z_j - x||^2 - ||x - center||^2 = ||z_j - center||^2 - 2 (x - center) . (z_j - center),
+    # in units of s = max(1, |x - center|_inf) per point, so that no product overflows.
+    Xc = X - center
+    scale = np.maximum(np.abs(Xc).max(axis=1, initial=1.0), 1.0)[None, :]
+    Xs = Xc / scale.T
+    D = (Zc @ Xs.T) * -2.0
+    D += np.einsum("ij,ij->i", Zc, Zc)[:, None] / scale
+    D -= D.min(axis=0, keepdims=True)
+    # Back to squared distances over 2 r^2; beyond the float range a difference is
+    # infinite and its kernel 0, and the nearest atom's stays exactly 0 (kernel 1).
+    with np.errstate(over="ignore"):
+        D *= scale / (2.0 * r) / r
+    np.negative(D, out=D)
+    return np.exp(D, out=D)
+
+
 # --------------------------------------------------------------------------- #
 # Client: C-step, gradient, Z-steps, objective
 # --------------------------------------------------------------------------- #
@@ -285,6 +360,31 @@ def solve_coefficients(X, dictionary, *, bandwidth, lam):
     kernel_zz = gaussian_kernel(Z, bandwidth=bandwidth)
     kernel_zx = gaussian_kernel(Z, X, bandwidth=bandwidth)
     return _solve_ridge(kernel_zz, kernel_zx, lam)
+
+
+def relative_coefficients(X, dictionary, *, bandwidth, lam):
+    """Coefficients of :func:`solve_coefficients` up to a positive factor per column.
+
+    ``(K(Z, Z) + lam I)^-1 K(Z, x) / max_j k(z_j, x)`` from
+    :func:`relative_kernel`: the same direction as ``x``'s coefficients, for
+    points at any distance from the atoms, where the exact coefficients
+    underflow to 0.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    dictionary : array-like of shape (n_components, n_features)
+    bandwidth : float
+    lam : float
+
+    Returns
+    -------
+    coef : ndarray of shape (n_components, n_samples)
+    """
+    Z = _as_rows(dictionary, "dictionary")
+    lam = _check_lam(lam)
+    kernel_zz = gaussian_kernel(Z, bandwidth=bandwidth)
+    return _solve_ridge(kernel_zz, relative_kernel(Z, X, bandwidth=bandwidth), lam)
 
 
 def _objective_from_kernels(coef, kernel_zx, kernel_zz, lam, gram=None):
@@ -450,7 +550,10 @@ def preconditioned_dictionary_step(X, dictionary, coef, *, bandwidth):
     Examples
     --------
     >>> import numpy as np
-    >>> from skfedclust.methods._fedsc_core import preconditioned_dictionary_step, solve_coefficients
+    >>> from skfedclust.methods._fedsc_core import (
+    ...     preconditioned_dictionary_step,
+    ...     solve_coefficients,
+    ... )
     >>> X = np.array([[0.0, 0.0], [0.2, 0.0], [3.0, 3.0], [3.2, 3.0]])
     >>> Z = np.array([[0.5, 0.5], [2.5, 2.5]])
     >>> C = solve_coefficients(X, Z, bandwidth=1.0, lam=0.01)
@@ -602,7 +705,9 @@ def client_update(
     check_underflow : bool, default=False
         Raise if the kernel between the dictionary and every sample underflows
         (the atoms are far from the client's data, e.g. a random initialisation
-        near the origin for data far from it), which makes the step 0 / 0.
+        near the origin for data far from it), which makes the step 0 / 0, or
+        is 1 to working precision everywhere (a bandwidth that dwarfs the
+        data's distances).
 
     Returns
     -------
@@ -639,6 +744,13 @@ def client_update(
             f"{UNDERFLOW:g} everywhere: the atoms are too far from the data for the "
             f"bandwidth {r:g}. Initialise the dictionary around the data mean or "
             f"standardise the features."
+        )
+    if check_underflow and kernel_zx.min() > SATURATION:
+        raise ValueError(
+            f"The kernel between the dictionary and this client's samples is above "
+            f"1 - {1 - SATURATION:.0e} everywhere: the bandwidth {r:g} dwarfs every distance "
+            f"in the data, and the kernel carries no information. Give a bandwidth on the "
+            f"scale of the data (or standardise the features)."
         )
     coef = _solve_ridge(kernel_zz, kernel_zx, lam)
     gram = coef @ coef.T
