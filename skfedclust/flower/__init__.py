@@ -18,7 +18,14 @@ the identities it trusts (``python -m skfedclust.flower keygen`` makes one). Req
 "Deploying with Flower".
 """
 
-from ._client import FileLoader, FileWriter, load_node_data, make_client_app, save_node_output
+from ._client import (
+    FileLoader,
+    FileWriter,
+    load_node_data,
+    make_client_app,
+    node_layout,
+    save_node_output,
+)
 from ._codec import CodecError
 from ._crypto import (
     IdentityKey,
@@ -53,5 +60,6 @@ __all__ = [
     "load_node_data",
     "load_trusted_identities",
     "make_client_app",
+    "node_layout",
     "save_node_output",
 ]

@@ -47,7 +47,14 @@ try:
 except ImportError:  # pragma: no cover
     ClientApp = None
 
-__all__ = ["FileLoader", "FileWriter", "load_node_data", "make_client_app", "save_node_output"]
+__all__ = [
+    "FileLoader",
+    "FileWriter",
+    "load_node_data",
+    "make_client_app",
+    "node_layout",
+    "save_node_output",
+]
 
 logger = logging.getLogger("skfedclust.flower")
 
@@ -190,6 +197,64 @@ load_node_data = FileLoader()
 save_node_output = FileWriter()
 
 
+#: Node-config fields of a vertical or hybrid federation: the node's row group
+#: and the global indices of the features it holds.
+ROW_GROUP = "row-group"
+COLUMNS = "columns"
+
+
+def node_layout(node_config):
+    """The node's place in a vertical or hybrid federation, from its node config.
+
+    Reads ``row-group`` (an int: nodes with the same value hold the same
+    samples, in the same order) and ``columns`` (the global indices of the
+    node's features, in the order of its data's columns, as ``"0,1,2"``).
+    Both or neither: a node without them holds every feature of its own rows
+    (a horizontal federation).
+
+    Parameters
+    ----------
+    node_config : mapping
+        The node's config.
+
+    Returns
+    -------
+    layout : tuple of (int, str or list of int) or None
+        ``(row_group, columns)``, or ``None`` for a horizontal node.
+    """
+    config = dict(node_config)
+    if ROW_GROUP not in config and COLUMNS not in config:
+        return None
+    if ROW_GROUP not in config or COLUMNS not in config:
+        raise ValueError(
+            f"the node config sets only one of {ROW_GROUP!r} and {COLUMNS!r}; a node of a "
+            "vertical or hybrid federation declares both (e.g. row-group=0 columns='0,1,2')"
+        )
+    return config[ROW_GROUP], config[COLUMNS]
+
+
+def _checked_layout(layout, n_features):
+    """``(row_group, columns)`` as an int and a list of distinct non-negative ints."""
+    row_group, columns = layout
+    if isinstance(row_group, bool) or not isinstance(row_group, (int, np.integer)):
+        raise ValueError(f"{ROW_GROUP} must be an int, got {row_group!r}")
+    if isinstance(columns, str):
+        try:
+            columns = [int(c) for c in columns.replace(" ", "").split(",") if c]
+        except ValueError as exc:
+            raise ValueError(
+                f"{COLUMNS} must list feature indices such as '0,1,2', got {columns!r}"
+            ) from exc
+    columns = [int(c) for c in np.atleast_1d(columns)]
+    if len(columns) != n_features:
+        raise ValueError(
+            f"{COLUMNS} names {len(columns)} features but the node's data has {n_features}"
+        )
+    if min(columns, default=0) < 0 or len(set(columns)) != len(columns):
+        raise ValueError(f"{COLUMNS} must be distinct non-negative indices, got {columns}")
+    return int(row_group), columns
+
+
 def _default_name(node_config):
     for key in ("client-name", "partition-id"):
         if key in node_config:
@@ -243,11 +308,12 @@ def _private_entropy(node_config):
 class _Service:
     """The four message handlers of a node (see :func:`make_client_app`)."""
 
-    def __init__(self, load_data, save_output, allowed_modules, client_name):
+    def __init__(self, load_data, save_output, allowed_modules, client_name, layout=node_layout):
         self.load_data = load_data
         self.save_output = save_output
         self.allowed_modules = tuple(allowed_modules)
         self.client_name = client_name
+        self.layout = layout
         self._cache = {}
 
     # -- data ------------------------------------------------------------------
@@ -285,6 +351,9 @@ class _Service:
         _save_state(context, {})
         _save_state(context, {}, OUTPUTS)
         name = self.client_name(context.node_config)
+        layout = self.layout(context.node_config) if data is not None else None
+        if layout is not None:
+            layout = _checked_layout(layout, data.shape[1])
         identity = _identity(context.node_config)
         signature = None
         if identity is not None:
@@ -300,6 +369,8 @@ class _Service:
             "identity": None if identity is None else identity.public_bytes.hex(),
             "key_signature": None if signature is None else signature.hex(),
             "version": __version__,
+            "row_group": None if layout is None else layout[0],
+            "columns": None if layout is None else layout[1],
         }
         return to_content(reply)
 
@@ -452,6 +523,7 @@ def make_client_app(
     save_output=save_node_output,
     client_name=_default_name,
     allowed_modules=DEFAULT_ALLOWED_MODULES,
+    layout=node_layout,
     app=None,
 ):
     """A Flower ClientApp that runs skfedclust client steps on the node's own data.
@@ -474,6 +546,12 @@ def make_client_app(
         field, else Flower's ``partition-id`` (simulation).
     allowed_modules : tuple of str, default=("skfedclust",)
         Packages whose module-level client steps the node runs.
+    layout : callable, default=node_layout
+        ``layout(node_config) -> (row_group, columns) or None``: the node's
+        place in a vertical or hybrid federation, sent in the handshake as
+        public schema. The default reads the ``row-group`` and ``columns``
+        fields of the node config (:func:`node_layout`); ``None`` means the
+        node holds every feature of its rows.
     app : ClientApp, default=None
         Add the handlers to this ClientApp instead of a new one.
 
@@ -495,7 +573,7 @@ def make_client_app(
     app : flwr.clientapp.ClientApp
     """
     require_flwr()
-    service = _Service(load_data, save_output, allowed_modules, client_name)
+    service = _Service(load_data, save_output, allowed_modules, client_name, layout)
     app = ClientApp() if app is None else app
     for message_type, handler in (
         (HELLO, service.hello),

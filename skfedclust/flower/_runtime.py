@@ -348,13 +348,13 @@ class _FederationInfo:
     holds what, and no data.
     """
 
-    def __init__(self, client_sizes, n_features, client_names):
+    def __init__(self, client_sizes, n_features, client_names, row_groups=None, client_cols=None):
         self.client_sizes = np.asarray(client_sizes, dtype=np.intp)
         self.n_features = int(n_features)
         self.client_names = list(client_names)
-        self.row_groups = None
-        self.client_cols = None
-        self.is_horizontal = True
+        self.row_groups = row_groups
+        self.client_cols = client_cols
+        self.is_horizontal = client_cols is None
 
     @property
     def n_clients(self):
@@ -362,11 +362,15 @@ class _FederationInfo:
 
     @property
     def n_samples(self):
-        return int(self.client_sizes.sum())
+        if self.row_groups is None:
+            return int(self.client_sizes.sum())
+        return int(sum(self.client_sizes[group[0]] for group in self.row_groups))
 
     @property
     def client_widths(self):
-        return np.full(self.n_clients, self.n_features, dtype=np.intp)
+        if self.client_cols is None:
+            return np.full(self.n_clients, self.n_features, dtype=np.intp)
+        return np.array([len(c) for c in self.client_cols], dtype=np.intp)
 
 
 # --------------------------------------------------------------------------- #
@@ -392,7 +396,8 @@ class FlowerRuntime(Runtime):
     client_sizes : ndarray of int
         Rows held by every client (from the handshake).
     n_features : int
-        Features held by every client.
+        Number of features (held by every client, or across the feature
+        blocks of a row group).
     public_keys : list of str
         Every party's X25519 public key (hex), from the handshake.
     identities : list of (str or None, str or None), default=None
@@ -407,6 +412,12 @@ class FlowerRuntime(Runtime):
         Packages whose client steps may be named.
     name : str, default=""
         Name used in progress messages.
+    row_groups : list of list of int, default=None
+        For a vertical or hybrid federation, the clients of each row group
+        (from the handshake).
+    client_columns : list of ndarray of int, default=None
+        For a vertical or hybrid federation, the global feature indices each
+        client holds (from the handshake).
 
     Attributes
     ----------
@@ -431,6 +442,8 @@ class FlowerRuntime(Runtime):
         timeout=600.0,
         allowed_modules=DEFAULT_ALLOWED_MODULES,
         name="",
+        row_groups=None,
+        client_columns=None,
     ):
         require_flwr()
         self.grid = grid
@@ -440,9 +453,12 @@ class FlowerRuntime(Runtime):
         self.n_parties = len(self.node_ids)
         self.client_sizes = np.asarray(client_sizes, dtype=np.intp)
         self.n_features = int(n_features)
-        self.client_widths = np.full(self.n_clients, self.n_features, dtype=np.intp)
-        self.row_groups = None
-        self.client_columns = None
+        self.row_groups = row_groups
+        self.client_columns = client_columns
+        if client_columns is None:
+            self.client_widths = np.full(self.n_clients, self.n_features, dtype=np.intp)
+        else:
+            self.client_widths = np.array([len(c) for c in client_columns], dtype=np.intp)
         self.seeds = np.asarray(seeds)
         self.public_keys = list(public_keys)
         self.identities = list(identities or [(None, None)] * len(self.public_keys))
@@ -771,6 +787,22 @@ def _handshake(
                     party=None,
                     step="the handshake",
                 )
+        row_group, columns = control.get("row_group"), control.get("columns")
+        if (row_group is None) != (columns is None) or (
+            row_group is not None
+            and (
+                not isinstance(row_group, int)
+                or isinstance(row_group, bool)
+                or not isinstance(columns, list)
+                or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)
+            )
+        ):
+            raise FlowerNodeError(
+                f"node {node_id} sent a handshake with an invalid row group or columns",
+                node_id=node_id,
+                party=None,
+                step="the handshake",
+            )
         for key in ("identity", "key_signature"):
             value = control.get(key)
             if value is not None and not isinstance(value, str):
@@ -800,6 +832,70 @@ def _order(hello):
         return (h["n_rows"] == 0, h["name"] is None, h["name"] or 0, h["node_id"])
 
     return sorted(hello, key=key)
+
+
+def _layout(data_nodes):
+    """Row groups and columns the data nodes declared (public schema), or ``None``.
+
+    ``data_nodes`` are in party order. A row group's parties are in party
+    order, which is the order of its feature blocks.
+    """
+    declared = [h.get("row_group") is not None for h in data_nodes]
+    if not any(declared):
+        return None
+    if not all(declared):
+        missing = [h["node_id"] for h, d in zip(data_nodes, declared) if not d]
+        raise ValueError(
+            f"nodes {missing} declare no row group and columns but the others do; in a "
+            "vertical or hybrid federation every node declares both (row-group and columns "
+            "in its node config)"
+        )
+    columns = [np.asarray(h["columns"], dtype=np.intp) for h in data_nodes]
+    for h, cols in zip(data_nodes, columns):
+        if len(cols) != h["n_features"] or len(set(cols.tolist())) != len(cols) or cols.min() < 0:
+            raise ValueError(
+                f"node {h['node_id']} declares columns {cols.tolist()} for its "
+                f"{h['n_features']} features; give one distinct non-negative index per feature"
+            )
+    n_features = int(max(c.max() for c in columns)) + 1
+    values = sorted({h["row_group"] for h in data_nodes})
+    row_groups = [[p for p, h in enumerate(data_nodes) if h["row_group"] == v] for v in values]
+    for value, group in zip(values, row_groups):
+        sizes = [data_nodes[p]["n_rows"] for p in group]
+        if len(set(sizes)) != 1:
+            raise ValueError(
+                f"the nodes of row group {value} must hold the same samples in the same "
+                f"order; they hold {sizes} rows"
+            )
+        held = np.sort(np.concatenate([columns[p] for p in group]))
+        if not np.array_equal(held, np.arange(n_features)):
+            raise ValueError(
+                f"the nodes of row group {value} hold features {held.tolist()}; the nodes of a "
+                f"row group must hold each of the {n_features} features exactly once"
+            )
+    return row_groups, columns, n_features
+
+
+def _layout_feature_names(data_nodes, columns, n_features):
+    """Feature names of a vertical or hybrid federation, joined from the nodes' columns."""
+    names = [h.get("feature_names") for h in data_nodes]
+    if all(n is None for n in names):
+        return None
+    if any(n is None for n in names):
+        raise ValueError(
+            "some nodes hold named columns and others do not; give every node named "
+            "columns, or none"
+        )
+    joined = [None] * n_features
+    for h, node_names, cols in zip(data_nodes, names, columns):
+        for name, c in zip(node_names, cols):
+            if joined[c] is not None and joined[c] != name:
+                raise ValueError(
+                    f"feature {c} is named {joined[c]!r} by one node and {name!r} by node "
+                    f"{h['node_id']}; the nodes of a feature block must name its columns alike"
+                )
+            joined[c] = name
+    return np.asarray(joined, dtype=object)
 
 
 def _feature_names(data_nodes):
@@ -865,10 +961,14 @@ def fit_on_flower(
 
     The nodes run a ClientApp from :func:`make_client_app`. The server makes a
     handshake (each node reports its number of rows and features, a name and a
-    public key), orders the clients by name, draws one seed per client from
-    the estimator's ``random_state`` as ``fit`` does, and runs the estimator's
-    protocol on a :class:`FlowerRuntime`. With the clients' arrays in the same
-    order, the result is that of ``estimator.fit([X_0, ..., X_m])``: the same
+    public key, and in a vertical or hybrid federation its row group and the
+    global indices of its columns), orders the clients by name, draws one
+    seed per client from the estimator's ``random_state`` as ``fit`` does,
+    and runs the estimator's protocol on a :class:`FlowerRuntime`. With the
+    clients' arrays in the same order, the result is that of
+    ``estimator.fit([X_0, ..., X_m])`` (or of the grid
+    ``[[X_00, X_01], [X_10, X_11]]``, row groups in order of their number and
+    a row group's feature blocks in the order of its nodes' names): the same
     centers, the same ``communication_``; each node's labels are written on
     the node.
 
@@ -929,19 +1029,36 @@ def fit_on_flower(
     data_nodes = [h for h in hello if h["n_rows"] > 0]
     if not data_nodes:
         raise ValueError("no node holds data")
-    widths = {h["n_features"] for h in data_nodes}
-    if len(widths) != 1:
-        detail = ", ".join(f"node {h['node_id']}: {h['n_features']}" for h in data_nodes)
-        raise ValueError(
-            "clients must share the same features (vertical federations are not supported "
-            f"on Flower yet); the nodes hold {detail}"
+    layout = _layout(data_nodes)
+    if layout is None:
+        widths = {h["n_features"] for h in data_nodes}
+        if len(widths) != 1:
+            detail = ", ".join(f"node {h['node_id']}: {h['n_features']}" for h in data_nodes)
+            raise ValueError(
+                "clients must share the same features, or declare their row group and columns "
+                f"(a vertical or hybrid federation); the nodes hold {detail}"
+            )
+        info = _FederationInfo(
+            [h["n_rows"] for h in data_nodes], widths.pop(), [h["name"] for h in data_nodes]
         )
-    info = _FederationInfo(
-        [h["n_rows"] for h in data_nodes], widths.pop(), [h["name"] for h in data_nodes]
-    )
+        names = _feature_names(data_nodes)
+    else:
+        if not estimator._supports_vertical:
+            raise ValueError(
+                f"{name} supports horizontal federations only (every client holds all "
+                "features); the nodes declare row groups and columns"
+            )
+        row_groups, columns, n_features = layout
+        info = _FederationInfo(
+            [h["n_rows"] for h in data_nodes],
+            n_features,
+            [h["name"] for h in data_nodes],
+            row_groups=row_groups,
+            client_cols=columns,
+        )
+        names = _layout_feature_names(data_nodes, columns, n_features)
     _check_n_samples(estimator, info.n_samples)
     _check_client_sizes(estimator, info)
-    names = _feature_names(data_nodes)
 
     random_state = check_random_state(estimator.random_state)
     seeds = random_state.randint(np.iinfo(np.int32).max, size=info.n_clients, dtype=np.int64)
@@ -971,6 +1088,8 @@ def fit_on_flower(
         timeout=timeout,
         allowed_modules=allowed_modules,
         name=name,
+        row_groups=info.row_groups,
+        client_columns=info.client_cols,
     )
     runtime.transport = transport
     runtime.poll_interval = poll_interval
