@@ -933,6 +933,14 @@ class DCClustering(BaseFederatedClustering):
         group_sizes = [int(runtime.client_sizes[g[0]]) for g in groups]
         n_samples, n_features = sum(group_sizes), runtime.n_features
         given = self._given_anchors(n_features)
+        if given is not None and not isinstance(runtime, InProcessRuntime):
+            # Given anchors come from whoever runs fit: in a simulation the user
+            # who plays every party, on a deployed federation the analyst.
+            raise ValueError(
+                "anchors given as an array would be sent by the server, so the analyst would "
+                "know them and could fit every party's private map; on a deployed federation "
+                "use anchors='uniform' (the users draw them among themselves)"
+            )
         n_anchors = self._n_anchors(n_samples, n_features, given)
         block_of_party = [None] * runtime.n_clients
         dims = [None] * runtime.n_clients
@@ -1045,7 +1053,7 @@ class DCClustering(BaseFederatedClustering):
         self.feature_blocks_ = blocks
         # The parties, with the private maps they kept, for predict in this process
         # (None on a deployed federation, whose nodes keep nothing after the fit).
-        self._session = runtime.session()
+        self._session = runtime.party_session()
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self):
