@@ -1,15 +1,46 @@
 """ClientApp: what every organisation's SuperNode runs.
 
-The node reads its own rows from the file named by ``data-path`` in its node
-config and writes its labels to ``labels-path``::
+A node started with ``data-path`` in its node config reads its own rows from
+that file and writes its labels to ``labels-path``::
 
     flower-supernode --insecure --superlink 127.0.0.1:9093 --port 9101 \
         --node-config "data-path='org_a.npy' labels-path='org_a_labels.npy' client-name='a'"
+
+A node of Flower's simulation has no ``data-path`` but a ``partition-id`` and
+``num-partitions``: it takes its share of the demo data set (see ``demo.py``)
+and writes its labels to ``~/skfedclust-flower-output/simulation``. A node
+with neither holds no data (a party without rows, for the methods that have
+such parties).
 
 Its rows never leave the node; it answers the server with what the clustering
 protocol sends (local centers, for k-FED) and nothing else.
 """
 
-from skfedclust.flower import make_client_app
+from pathlib import Path
 
-app = make_client_app()
+from skfedclust.flower import FileWriter, load_node_data, make_client_app
+
+from .demo import demo_share
+
+#: Where a simulated node writes its labels (outside the app folder).
+SIMULATION_OUTPUT = Path("~/skfedclust-flower-output/simulation")
+
+
+def load_data(node_config):
+    """The node's rows: its ``data-path`` file, else its share of the demo data."""
+    if "data-path" in node_config:
+        return load_node_data(node_config)
+    if "partition-id" in node_config:
+        return demo_share(int(node_config["partition-id"]), int(node_config["num-partitions"]))
+    return None
+
+
+def save_output(node_config, key, values):
+    """Write an output to ``<key>-path`` (``labels-path``), else next to the demo data."""
+    if f"{key}-path" in node_config or "partition-id" not in node_config:
+        return FileWriter()(node_config, key, values)
+    target = SIMULATION_OUTPUT.expanduser() / f"{key}_{node_config['partition-id']}.npy"
+    return FileWriter(str(target))(node_config, key, values)
+
+
+app = make_client_app(load_data, save_output=save_output)
