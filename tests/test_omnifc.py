@@ -18,8 +18,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler, normalize
 
 from skfedclust import OmniFCClustering
-from skfedclust.methods._omnifc import PEAK_COPIES
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
+from skfedclust.methods._omnifc import PEAK_COPIES
 from skfedclust.metrics import kappa
 from skfedclust.partition import IIDPartition, NonIIDLevelPartition
 from skfedclust.secure import (
@@ -29,7 +30,6 @@ from skfedclust.secure import (
     max_safe_precision,
     quantize,
 )
-from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
 
@@ -225,14 +225,17 @@ def test_n_parties_lets_few_data_holders_run(blobs):
     est = OmniFCClustering(3, n_parties=7, clusterer="kmedoids").fit(clients)
     assert est.n_parties_ == 7 and est.n_clients_ == 3
     report = est.communication_
-    # set-up: pairwise masks; rounds: the offset, the share exchange, the upload
-    assert (report["setup_rounds"], report["rounds"]) == (1, 3)
+    # set-up: pairwise masks with the bounds on |x|, then the bounds around the
+    # offset; rounds: the offset, the share exchange, the streamed upload
+    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
     assert len(report["per_client"]["bytes_up"]) == 7
     # share-holding parties without data upload but send no shares and no masks
     assert np.all(report["per_client"]["bytes_peer_sent"][3:] == 0)
-    distances, masked_sum = 4 * 120 * 119 // 2, 8 * 2
+    # bounds: one float64 |x|, two float64 around the offset
+    distances, masked_sum, bounds = 4 * 120 * 119 // 2, 8 * 2, 8 + 16
     assert (
-        report["per_client"]["bytes_up"].tolist() == [distances + masked_sum] * 3 + [distances] * 4
+        report["per_client"]["bytes_up"].tolist()
+        == [distances + masked_sum + bounds] * 3 + [distances] * 4
     )
     assert np.array_equal(est.dissimilarity_matrix_, exact_sq(X, X, est.precision_))
 
@@ -246,7 +249,7 @@ def test_communication_matches_protocol(blobs):
     # shares, plus one 8-byte mask per feature to every later client
     sent = [4 * 6 * s * w + 8 * d * (6 - j) for j, s in enumerate(sizes)]
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
-    assert report["bytes_up"] == 7 * (4 * 120 * 119 // 2 + 8 * d)
+    assert report["bytes_up"] == 7 * (4 * 120 * 119 // 2 + 8 * d + 8 + 16)
     item = est.labels_.itemsize
     # the offset (d float64) and the labels
     assert report["per_client"]["bytes_down"].tolist() == [8 * d + item * s for s in sizes]
@@ -606,9 +609,10 @@ def test_protocol_rounds_and_bytes(n_parties):
 
     def up(runtime):
         _, n, _ = _protocol_sizes(runtime, d)
-        # round 1: one 8d-byte masked sum per data client;
-        # round 3: every party's n(n-1)/2 encoded distances, 4 bytes each
-        return 8 * d * runtime.n_clients + runtime.n_parties * item * n * (n - 1) // 2
+        # set-up: the bound on |x| (8 bytes) and the bounds around the offset (16 bytes)
+        # from every data client; round 1: one 8d-byte masked sum per data client;
+        # round 3: every party's n(n-1)/2 encoded distances, 4 bytes each, in tiles
+        return (8 + 16 + 8 * d) * runtime.n_clients + runtime.n_parties * item * n * (n - 1) // 2
 
     def down(runtime):
         _, n, _ = _protocol_sizes(runtime, d)
@@ -617,7 +621,7 @@ def test_protocol_rounds_and_bytes(n_parties):
 
     runtime = check_protocol(est, clients, rounds=3, bytes_up=up, bytes_down=down, bytes_peer=peer)
     report = runtime.ledger.report()
-    assert report["setup_rounds"] == 1
+    assert report["setup_rounds"] == 2
     assert runtime.n_parties == (9 if n_parties else 7)
     # every party's upload is its own encoded distances; data-less parties send nothing else
     per = report["per_client"]
@@ -629,6 +633,7 @@ def test_protocol_rounds_and_bytes(n_parties):
         ("mask", False),
         ("masked sum", False),
         ("offset", True),
+        ("bounds around offset", False),
         ("LCC share", False),
         ("encoded distances", False),
         ("labels", True),
@@ -646,17 +651,20 @@ def test_data_less_parties_never_hold_raw_data():
     segments = [residues[:, :2], residues[:, 2:]]
     for party in range(3, 8):
         state = states[party]
-        # its index and its encoded rows: no rows, bounds, offset or labels of any client
-        assert set(state) == {"party", "encoded rows"}
+        # its encoded rows and their norms: no rows, bounds, offset or labels of any client
+        assert set(state) == {"encoded rows", "row norms"}
         Z = state["encoded rows"]
         assert Z.dtype == np.uint32 and Z.shape == (60, 2)
         for segment in segments:
             # shares are uniform on the field: agreement with a segment is chance (1/p)
             assert np.mean(Z == segment) < 0.05
         assert not np.isin(np.rint(np.ldexp(X, q)).astype(np.int64) % p, Z).all()
-    # the data clients keep their own share and bounds, never another client's rows
+    # the data clients keep their encoded rows, never another client's rows; the
+    # labels are an output for their own user
+    outputs = runtimes[-1].party_outputs()
     for client in range(3):
-        assert "encoded rows" in states[client] and "labels" in states[client]
+        assert "encoded rows" in states[client] and "labels" in outputs[client]
+        assert states[client]["own share"] is None and states[client]["masks sent"] is None
 
 
 def test_labels_go_down_to_each_client_as_its_own_rows():
@@ -669,7 +677,7 @@ def test_labels_go_down_to_each_client_as_its_own_rows():
     assert [m.receiver for m in labels] == list(range(7))
     for client, message in enumerate(labels):
         assert message.nbytes == np.sum(ids == np.unique(ids)[client]) * est.labels_.itemsize
-    kept = runtime.client_outputs("labels")
+    kept = [outputs["labels"] for outputs in runtime.party_outputs()]
     for client, own in enumerate(kept):
         assert np.array_equal(own, est.labels_[ids == np.unique(ids)[client]])
 
@@ -680,20 +688,39 @@ def test_server_steps_get_only_what_was_sent():
         OmniFCClustering(3, clusterer="kmeans", random_state=0).fit(X)
     runtime = runtimes[-1]
     steps = [name for name, _, _ in runtime.server_inputs]
-    assert steps == ["offset_server_step", "omnifc_server_step"]
-    _, (distances,), public = runtime.server_inputs[1]
+    # 50 rows: the whole upload is one exchange of tiles
+    assert steps == [
+        "max_bound_step",
+        "offset_server_step",
+        "max_bound_step",
+        "lcc_decode_tiles_step",
+        "omnifc_server_step",
+    ]
+    for _, (bounds,), _ in (runtime.server_inputs[0], runtime.server_inputs[2]):
+        assert bounds.tag in ("mask", "bounds around offset") and len(bounds) == 7
+    _, (distances,), public = runtime.server_inputs[3]
     assert distances.tag == "encoded distances" and len(distances) == 7
-    # the server step sees public constants only: no row, bound or offset
+    # uint32 residues of the upper triangle, nothing else
+    for tiles in distances.values():
+        assert all(t.dtype == np.uint32 for t in tiles)
+        assert sum(t.size for t in tiles) == 50 * 49 // 2
+    # the server steps see public constants only: no row, share, bound or offset
     assert set(public) == {
-        "n_segments",
-        "n_colluders",
+        "tiles",
+        "weights",
         "p",
         "precision",
+        "out",
+        "symmetric",
+        "progress",
+        "n_jobs",
+    }
+    assert set(runtime.server_inputs[4][2]) == {
+        "D",
         "clusterer",
         "clusterer_params",
         "n_clusters",
         "seed",
-        "n_jobs",
     }
 
 
@@ -769,9 +796,9 @@ def test_verbose_2_logs_every_block_of_the_long_stages(blobs, monkeypatch, caplo
     assert spectral[-1] == "spectral: done"
 
 
-def test_memory_guard_counts_the_parties_operands(monkeypatch):
-    # 120 rows: D is 112.5 KiB, but 7 parties' operands of 784 features are about 10 MiB
-    X = np.random.RandomState(8).rand(120, 784)
+def test_memory_guard_counts_the_parties_shares(monkeypatch):
+    # 120 rows: D is 112.5 KiB, but 7 parties' shares of 2000 features are about 3.2 MiB
+    X = np.random.RandomState(8).rand(120, 2000)
     monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(2 * 2**20))
     with pytest.raises(MemoryError, match="n=120 rows need about"):
         OmniFCClustering(3, clusterer="kmedoids").fit(X)

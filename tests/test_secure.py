@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.secure import (
     DEFAULT_PRIME,
@@ -25,11 +26,13 @@ from skfedclust.secure import (
 )
 from skfedclust.secure._field import FAST_PRIME, ModularProduct, centred
 from skfedclust.secure._lcc import (
-    EncodedDistances,
-    EncodedRows,
     decode_squared_distances,
+    party_tiles,
     precision_is_safe,
+    tile_elements,
+    tile_exchanges,
 )
+from skfedclust.utils.protocol_checks import RecordingRuntime
 
 MERSENNE = 2**31 - 1
 
@@ -153,9 +156,7 @@ def test_worked_test_vector():
     assert w.tolist() == [13, 26, 63]
     assert int((w * np.array(G)).sum() % p) == 25 == (2 - 5) ** 2 + (3 + 1) ** 2
     # the streamed party/server path decodes the same value from the same shares
-    plan = ModularProduct.plan(p, 2)
-    parties = [EncodedDistances(EncodedRows(s.astype(np.uint32), plan)) for s in shares]
-    D = decode_squared_distances(parties, w, q)
+    D = decode_squared_distances([s.astype(np.uint32) for s in shares], w, q, p)
     assert D[0, 1] == D[1, 0] == 25.0
 
 
@@ -236,9 +237,8 @@ def test_decoding_below_threshold_is_wrong():
     res = quantize(X, q, p, 2)
     U = encoding_matrix(2, 2, 7, p)
     shares = lcc_encode(res, 0, encoding=U, n_segments=2, p=p)
-    plan = ModularProduct.plan(p, 2)
-    parties = [EncodedDistances(EncodedRows(shares[j], plan)) for j in range(7)]
-    ok = decode_squared_distances(parties, server_decoding_weights(range(7), 2, 2, p), q)
+    parties = [shares[j] for j in range(7)]
+    ok = decode_squared_distances(parties, server_decoding_weights(range(7), 2, 2, p), q, p)
     assert np.array_equal(as_int(ok, q), exact_sq_distances(X, q))
     # the public helper refuses to build weights that cannot decode
     with pytest.raises(ValueError, match="too few parties answered: 6 answered .* needs 7"):
@@ -247,7 +247,7 @@ def test_decoding_below_threshold_is_wrong():
     alphas, betas = evaluation_points(2, 2, 6)
     weights = lagrange_matrix(betas, alphas[:2], p).sum(axis=1) % p
     with pytest.raises(ArithmeticError, match="wrapped.*fewer than"):
-        decode_squared_distances(parties[:6], weights, q)
+        decode_squared_distances(parties[:6], weights, q, p)
 
 
 # --------------------------------------------------------------------------- #
@@ -351,11 +351,10 @@ def test_wrap_is_detected_not_silently_returned():
     p = 101
     res = quantize(np.array([[0.0], [10.0]]), 0, p, 1)
     U = encoding_matrix(1, 1, 3, p)
-    plan = ModularProduct.plan(p, 1)
     shares = lcc_encode(res, 0, encoding=U, n_segments=1, p=p)
-    parties = [EncodedDistances(EncodedRows(shares[j], plan)) for j in range(3)]
+    parties = [shares[j] for j in range(3)]
     with pytest.raises(ArithmeticError, match="wrapped"):
-        decode_squared_distances(parties, server_decoding_weights(range(3), 1, 1, p), 0)
+        decode_squared_distances(parties, server_decoding_weights(range(3), 1, 1, p), 0, p)
 
 
 def test_bad_input_raises():
@@ -384,16 +383,18 @@ def test_ledger_counts_shares_and_uploads():
     n, m, w = sum(sizes), 7, 5  # 9 features padded to 2 segments of 5
     _, ledger = lcc_squared_distances(clients, precision=8)
     report = ledger.report()
-    # set-up: the pairwise masks; rounds: the masked sums (offset), the shares, the uploads
-    assert (report["setup_rounds"], report["rounds"]) == (1, 3)
+    # set-up: the pairwise masks with the bounds on |x|, the bounds around the offset;
+    # rounds: the masked sums (offset), the shares, the streamed uploads
+    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
     d = 9
     # (m - 1) n_j w shares sent by client j, n(n-1)/2 elements uploaded per party;
-    # plus one 8-byte mask per feature for every later client, and one masked sum up
+    # plus one 8-byte mask per feature for every later client, one masked sum up and
+    # the bounds (one float64 |x|, two float64 around the offset)
     masks = [8 * d * (m - 1 - j) for j in range(m)]
     shares = [4 * (m - 1) * s * w for s in sizes]
     sent = [a + b for a, b in zip(shares, masks)]
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
-    assert report["per_client"]["bytes_up"].tolist() == [4 * n * (n - 1) // 2 + 8 * d] * m
+    assert report["per_client"]["bytes_up"].tolist() == [4 * n * (n - 1) // 2 + 8 * d + 24] * m
     # the mean goes back to every client
     assert report["per_client"]["bytes_down"].tolist() == [8 * d] * m
 
@@ -536,22 +537,29 @@ def runtime_of(clients, n_parties=None, random_state=0):
 def test_offset_is_the_mean_from_masked_sums():
     rng = np.random.RandomState(17)
     clients = [rng.randn(s, 3) + 50.0 for s in (4, 6, 5)]
-    runtime = runtime_of(clients)
-    max_abs = _lcc.lcc_join(runtime)
-    assert max_abs >= np.abs(np.vstack(clients)).max()
-    offset = _lcc.agree_offset(runtime, max_abs=60.0)
+    bounds = np.cumsum([0] + [len(c) for c in clients])
+    rows = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    federation = Federation(np.vstack(clients), rows)
+    federation.spawn_seeds(np.random.RandomState(0))
+    runtime = RecordingRuntime(federation)
+    offset = _lcc.agree_offset(runtime)
     assert np.allclose(offset.values, np.vstack(clients).mean(axis=0), rtol=0, atol=1e-12)
     messages = runtime.ledger.messages
     uploads = [m for m in messages if m.tag == "masked sum"]
     assert [m.sender for m in uploads] == [0, 1, 2]
     assert all(m.nbytes == 8 * 3 for m in uploads)
+    # the bound on |x| rides up with the masks: one counted float64 per client,
+    # and the server takes the largest
+    bounds_up = [m for m in messages if m.tag == "mask" and m.receiver == "server"]
+    assert [(m.sender, m.nbytes) for m in bounds_up] == [(0, 8), (1, 8), (2, 8)]
+    sent_bounds = [float(b) for b in runtime.received[0].values()]
+    assert max(sent_bounds) >= np.abs(np.vstack(clients)).max()
     # each client masks its sums: what it uploads is not its sums
-    shift = _lcc.fixed_point_shift(60.0, 15)
-    sums = _lcc.fixed_point_column_sums(clients[0], shift)
-    masks = _lcc.pairwise_masks(runtime.seeds[0], 0, 3, 3)
-    upload = _lcc.masked_upload(sums, masks, [])
-    assert not np.array_equal(upload, sums.view(np.uint64))
-    masks_to = [m.receiver for m in messages if m.tag == "mask"]
+    shift = _lcc.fixed_point_shift(max(sent_bounds), 15)
+    for c, upload in runtime.received[1].items():
+        sums = _lcc.fixed_point_column_sums(clients[c], shift)
+        assert not np.array_equal(upload, sums.view(np.uint64))
+    masks_to = [m.receiver for m in messages if m.tag == "mask" and m.receiver != "server"]
     assert sorted(masks_to) == [1, 2, 2]
     # the masks are the set-up exchange, the masked sums (and the mean down) one round
     report = runtime.ledger.report()
@@ -583,24 +591,57 @@ def test_party_block_is_exact_at_the_extremes_of_the_field(p):
     Z = rng.integers(0, p, size=(6, width))
     Z[0], Z[1], Z[2] = h, h + 1, p - 1  # largest centred magnitudes, both signs
     Z[3, ::2], Z[3, 1::2] = h, h + 1
-    rows = EncodedRows(Z.astype(np.uint32), plan)
-    upload = EncodedDistances(rows)
-    work = {k: np.empty((6, 6)) for k in ("g", "tmp", "tmp2")}
-    G = upload.block(slice(0, 6), slice(0, 6), work)
-    assert np.abs(G).max() <= (p - 1) // 2 + 3
+    rows = (Z.astype(np.uint32), _lcc.encoded_row_norms(Z, p))
+    (G,) = party_tiles(rows, rows, [(0, 6, 0, 6)], p, symmetric=False)
+    assert G.dtype == np.uint32 and int(G.max()) < p
     exact = [[sum((int(a) - int(b)) ** 2 for a, b in zip(r, s)) % p for s in Z] for r in Z]
-    assert np.array_equal(np.mod(G.astype(np.int64), p), exact)
+    assert np.array_equal(G.reshape(6, 6).astype(np.int64), exact)
+    # a diagonal tile of a symmetric matrix sends its strict upper triangle, row by row
+    (upper,) = party_tiles(rows, rows, [(0, 6, 0, 6)], p, symmetric=True)
+    assert np.array_equal(upper, np.asarray(exact)[np.triu_indices(6, 1)])
 
 
-def test_encoded_distances_count_their_wire_size():
-    plan = ModularProduct.plan(DEFAULT_PRIME, 3)
-    train = EncodedRows(np.zeros((10, 3), dtype=np.uint32), plan)
-    query = EncodedRows(np.zeros((4, 3), dtype=np.uint32), plan)
-    # the upper triangle of a symmetric matrix, 4 bytes per field element
-    assert EncodedDistances(train).nbytes == 4 * 10 * 9 // 2
-    # every entry between query rows and training rows
-    assert EncodedDistances(query, train).nbytes == 4 * 4 * 10
-    assert EncodedDistances(query, train).shape == (4, 10)
+def test_tiles_count_their_wire_size():
+    # BLOCK_SIZE is 16 here: 40 rows make 3 tile rows
+    n, n_query = 40, 7
+    for symmetric, n_cols, total in ((True, n, n * (n - 1) // 2), (False, n, n_query * n)):
+        n_rows = n if symmetric else n_query
+        exchanges = tile_exchanges(n_rows, n_cols, 7, symmetric=symmetric)
+        tiles = [t for e in exchanges for t in e]
+        # the upper triangle of a symmetric matrix, every entry of a query matrix
+        assert sum(tile_elements(t, symmetric) for t in tiles) == total
+    assert len(tiles) == 1 * 3
+
+
+def test_streamed_upload_is_one_round_of_several_exchanges(monkeypatch):
+    monkeypatch.setattr(_lcc, "MIN_EXCHANGE_BYTES", 4 * 7 * 600)
+    X = np.random.RandomState(21).randn(70, 3)
+    clients = np.array_split(X, 7)
+    exchanges = tile_exchanges(70, 70, 7, symmetric=True)
+    assert len(exchanges) > 2
+    D, ledger = lcc_squared_distances(clients, precision=7, random_state=0)
+    assert np.array_equal(as_int(D, 7), exact_sq_distances(X, 7))
+    report = ledger.report()
+    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
+    uploads = [m for m in ledger.messages if m.tag == "encoded distances"]
+    # one message per party per exchange, all in the last round, 4 bytes per pair
+    assert len(uploads) == 7 * len(exchanges)
+    assert {m.round for m in uploads} == {2}
+    assert {m.phase for m in uploads} == set(
+        range(min(m.phase for m in uploads), max(m.phase for m in uploads) + 1)
+    )
+    for j in range(7):
+        assert sum(m.nbytes for m in uploads if m.sender == j) == 4 * 70 * 69 // 2
+    # no exchange brings more than the budget to the server
+    for phase in {m.phase for m in uploads}:
+        assert sum(m.nbytes for m in uploads if m.phase == phase) <= 4 * 7 * 600
+
+
+def test_memory_guard_refuses_before_any_round(monkeypatch):
+    monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(16 * 2**30))
+    clients = np.array_split(np.zeros((200_000, 2)), 7)
+    with pytest.raises(MemoryError, match="n=200000 rows need about"):
+        lcc_squared_distances(clients, precision=0)
 
 
 def test_stragglers_send_nothing_and_the_rest_decode():
@@ -613,7 +654,7 @@ def test_stragglers_send_nothing_and_the_rest_decode():
     per = ledger.report()["per_client"]
     n_pairs = 30 * 29 // 2
     # the data client that dropped still sent its masks, masked sum and shares
-    assert per["bytes_up"][2] == 8 * 4
+    assert per["bytes_up"][2] == 8 * 4 + 8 + 16
     assert per["bytes_peer_sent"][2] > 0
     assert per["bytes_up"][7] == 0
     assert per["bytes_up"][8] == 4 * n_pairs

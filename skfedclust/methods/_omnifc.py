@@ -20,30 +20,22 @@ from sklearn.base import clone
 from sklearn.cluster import DBSCAN, AffinityPropagation, KMeans, SpectralClustering
 from sklearn.decomposition import NMF
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
 from ..clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from ..clusterers._memory import check_dense_memory
-from ..federation import Reply, logger
+from ..federation import Federation, InProcessRuntime, Reply, logger
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
 from ..secure._lcc import (
-    EncodedDistances,
-    EncodedRows,
     LCCSetup,
     _data_bounds,
     agree_scale,
-    decode_cross_distances,
     decoding_threshold,
-    lcc_decode_step,
-    lcc_encode,
     lcc_exchange,
-    lcc_join,
+    lcc_query_distances,
     precision_is_safe,
-    quantize,
-    server_decoding_weights,
 )
 from ._base import BaseFederatedClustering
 
@@ -461,68 +453,80 @@ def custom_input_kind(est):
 # The protocol steps of OmniFC around the LCC distance round
 # --------------------------------------------------------------------------- #
 def omnifc_row_position_step(data, inbox, state, party, *, first_rows):
-    """Client step (no message): the client-major position of each of its rows."""
-    start = first_rows[state["party"]]
-    return Reply(keep={"row position": np.arange(start, start + data.shape[0])})
+    """Client step (no message): declare the client-major position of each of its rows.
+
+    An output for the party's own user, never sent: in a simulation, the
+    user who plays every party says with it where each row was in its input.
+    """
+    start = first_rows[party.index]
+    return Reply(output={"row position": np.arange(start, start + data.shape[0])})
 
 
 def public_row_numbers(runtime):
-    """The public row numbering: the input-row index of every row of each client.
+    """The public row numbering: the global index of every row of each client.
 
-    OmniFC's global row index is public metadata (the server assembles ``D``
-    in it, and this simulation uses the caller's input order so that
-    ``dissimilarity_matrix_`` follows the input rows). The simulation reads
-    it back from where the runtime puts the clients' rows; a deployment
-    agrees on it up front. The parties must have joined (:func:`lcc_join`).
+    OmniFC's global row index is public metadata that the parties agree
+    before the protocol (the server assembles ``D`` in it). A deployment
+    numbers the rows client by client, in party order. A simulation uses
+    the order of its user's input rows, so that ``dissimilarity_matrix_``
+    follows them: the user plays every party and hands back where each of
+    their rows was (the declared output ``"row position"``, through
+    :meth:`~skfedclust.federation.Runtime.hand_back`; nothing is sent).
     """
     sizes = np.asarray(runtime.client_sizes)
     first_rows = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
     runtime.run(omnifc_row_position_step, tag="row numbering", first_rows=first_rows)
-    position = runtime.gather_rows("row position")
+    position = runtime.hand_back("row position")
+    if position is None:
+        return [np.arange(a, a + s) for a, s in zip(first_rows, sizes)]
     input_row = np.empty_like(position)
     input_row[position] = np.arange(len(position))
     return [input_row[a : a + s] for a, s in zip(first_rows, sizes)]
 
 
-def omnifc_server_step(
-    distances,
-    *,
-    n_segments,
-    n_colluders,
-    p,
-    precision,
-    clusterer,
-    clusterer_params,
-    n_clusters,
-    seed,
-    n_jobs,
-):
-    """Server step: decode ``D`` from the parties' encoded distances, then cluster it.
+def omnifc_server_step(*, D, clusterer, clusterer_params, n_clusters, seed):
+    """Server step: run the centralized clusterer on the decoded squared distances.
 
     Returns
     -------
-    D : ndarray of shape (n_samples, n_samples)
-        The decoded squared distances.
     estimator : estimator or None
         The fitted clusterer (:func:`server_cluster`).
     labels : ndarray of shape (n_samples,)
         The label of every row.
     """
-    D = lcc_decode_step(
-        distances,
-        n_segments=n_segments,
-        n_colluders=n_colluders,
-        p=p,
-        precision=precision,
-        n_jobs=n_jobs,
-    )
     est, labels = server_cluster(D, clusterer, clusterer_params, n_clusters, seed)
-    return D, est, np.asarray(labels)
+    return est, np.asarray(labels)
 
 
 def omnifc_keep_labels(data, inbox, state, party):
-    """Client step (no message): keep the labels of its rows the server sent."""
-    return Reply(keep={"labels": inbox["labels"]})
+    """Client step (no message): the labels of its rows the server sent, for its own user."""
+    return Reply(output={"labels": inbox["labels"]})
+
+
+def omnifc_assign_step(*, D_new, estimator, train_labels, rule, params, nmf):
+    """Server step of predict: labels of the query rows from their decoded distances."""
+    if estimator is None:
+        # every group of identical training rows is a cluster: the nearest one
+        labels = train_labels[np.argmin(D_new, axis=1)]
+    elif rule == "medoid":
+        labels = np.argmin(D_new[:, estimator.medoid_indices_], axis=1)
+    elif rule == "centroid":
+        features = _distance_features(
+            D_new, (params or {}).get("feature_dissimilarity", "sqeuclidean")
+        )
+        if nmf is not None:
+            classes, centroids = nmf
+            labels = classes[_nearest_center(features, centroids)]
+        else:
+            labels = _nearest_center(features, estimator.cluster_centers_)
+    else:
+        labels = nearest_neighbour_vote(np.sqrt(D_new), train_labels, N_VOTE_NEIGHBORS)
+    # A row identical to a training row (distance exactly 0) takes its label,
+    # so predicting the training rows gives back labels_ whatever the rule.
+    zero = D_new == 0
+    identical = zero.any(axis=1)
+    labels[identical] = train_labels[np.argmax(zero[identical], axis=1)]
+    return labels
 
 
 # --------------------------------------------------------------------------- #
@@ -780,37 +784,29 @@ class OmniFCClustering(BaseFederatedClustering):
             n_parties=self.n_parties,
         )
         n = int(np.sum(runtime.client_sizes))
-        # the peak is the clusterer's, or D while the parties' operands are alive
+        # the peak is the clusterer's, or D while the parties' shares and one
+        # exchange of their tiles are alive
         decoding = 1.0 + setup.decoding_bytes(n) / (8.0 * n * n)
         self._check_memory(
             n, n, max(self._fit_peak_copies(), decoding), "the decoded distance matrix D"
         )
-        max_abs = lcc_join(runtime)
         row_numbers = public_row_numbers(runtime)
-        scale = agree_scale(runtime, setup, self.precision, max_abs=max_abs)
+        scale = agree_scale(runtime, setup, self.precision)
         check_clustering_range(scale.precision)
-        distances = lcc_exchange(runtime, setup, scale.precision, row_numbers)
-        runtime.stage(
-            f"server: streamed Lagrange decoding, then {self._clusterer_name()} on the "
-            "decoded distances"
-        )
+        D = lcc_exchange(runtime, setup, scale.precision, row_numbers, n_jobs=self.n_jobs)
+        runtime.stage(f"server: {self._clusterer_name()} on the decoded distances")
         seed = (
             int(self.random_state)
             if isinstance(self.random_state, numbers.Integral)
             else int(random_state.randint(np.iinfo(np.int32).max))
         )
-        D, est, labels = runtime.server(
+        est, labels = runtime.server(
             omnifc_server_step,
-            distances,
-            n_segments=setup.l,
-            n_colluders=setup.t,
-            p=setup.p,
-            precision=scale.precision,
+            D=D,
             clusterer=self.clusterer,
             clusterer_params=self.clusterer_params,
             n_clusters=self.n_clusters,
             seed=seed,
-            n_jobs=self.n_jobs,
         )
         runtime.send({c: labels[rows] for c, rows in enumerate(row_numbers)}, tag="labels")
         runtime.run(omnifc_keep_labels, tag="labels")
@@ -820,22 +816,29 @@ class OmniFCClustering(BaseFederatedClustering):
         self.precision_ = scale.precision
         self.offset_ = scale.offset.values
         self.n_parties_ = setup.m
-        alive = list(distances)
-        # Simulation stand-in for the parties keeping their encoded training rows
-        # to answer later distance queries (predict); a deployment leaves them there.
-        self._lcc = {
-            "setup": setup,
-            "alive": alive,
-            "party_rows": runtime.client_outputs("encoded rows", alive),
-            "bounds": scale.bounds,
-        }
+        # Public parameters and bounds only: the shares stay with the parties.
+        self._public = {"setup": setup, "bounds": scale.bounds}
         self._train_labels = labels
+        self._nmf = None
         if self.clusterer == "nmf":
             kind = (self.clusterer_params or {}).get("feature_dissimilarity", "sqeuclidean")
-            self._nmf_classes, self._nmf_centroids = _label_means(
-                _distance_features(D, kind), labels
-            )
-        return runtime.gather_rows("labels")
+            self._nmf = _label_means(_distance_features(D, kind), labels)
+
+    def _fit_runtime(self, runtime, random_state):
+        self.__dict__.pop("_session", None)
+        super()._fit_runtime(runtime, random_state)
+        # The parties, with the encoded rows they kept, for predict in this
+        # process (None on a deployed federation, whose nodes keep nothing).
+        self._session = runtime.party_session()
+        return self
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self):
+        # The session holds every party's shares of the training rows: it
+        # never travels with the model (an unpickled model cannot predict).
+        state = dict(super().__getstate__())
+        state.pop("_session", None)
+        return state
 
     # -------------------------------------------------------------- memory
     def _fit_peak_copies(self):
@@ -876,10 +879,17 @@ class OmniFCClustering(BaseFederatedClustering):
     def predict(self, X):
         """Assign new rows, from their squared distances to the training rows.
 
-        The new rows are the data of a querying party: it Lagrange-encodes them
-        for the same parties, which answer with the encoded distances to their
-        shares of the training rows, and the server decodes them exactly. The
-        rows never cross a party boundary in plaintext.
+        A second protocol with the parties of the fit: a querying party (the
+        first data client) Lagrange-encodes the new rows with fresh private
+        noise for the same parties, which answer with the encoded distances
+        to the shares of the training rows they kept, streamed as in the fit;
+        the server decodes them exactly and assigns (rule per clusterer in
+        the Notes). The rows never cross a party boundary in plaintext.
+
+        The shares stay with the parties, which only the process that fitted
+        the model (and played every party) holds: a pickled or copied model,
+        or one fitted on Flower, raises a ``RuntimeError``; its ``labels_``
+        and the attributes derived from ``D`` remain.
 
         Parameters
         ----------
@@ -893,60 +903,69 @@ class OmniFCClustering(BaseFederatedClustering):
         """
         check_is_fitted(self, "dissimilarity_matrix_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        n_new, n_train = X.shape[0], len(self._train_labels)
-        # the query block twice, and the parties' operands of their training rows
-        operands = self._lcc["setup"].decoding_bytes(n_train) / 2 / (8.0 * n_new * n_train)
-        self._check_memory(n_new, n_train, 2 + operands, "the query distances")
-        D_new = self._query_distances(X)
-        labels = self._assign(D_new)
-        # A row identical to a training row (distance exactly 0) takes its label,
-        # so predicting the training rows gives back labels_ whatever the rule.
-        zero = D_new == 0
-        identical = zero.any(axis=1)
-        labels[identical] = self._train_labels[np.argmax(zero[identical], axis=1)]
-        return labels
-
-    def _assign(self, D_new):
-        if self.clusterer_ is None:
-            # every group of identical training rows is a cluster: the nearest one
-            return self._train_labels[np.argmin(D_new, axis=1)]
-        rule = self._assignment()
-        if rule == "medoid":
-            return np.argmin(D_new[:, self.clusterer_.medoid_indices_], axis=1)
-        if rule == "centroid":
-            features = _distance_features(
-                D_new, (self.clusterer_params or {}).get("feature_dissimilarity", "sqeuclidean")
+        session = self.__dict__.get("_session")
+        if session is None:
+            raise RuntimeError(
+                "OmniFCClustering.predict needs the parties that fitted this model: they "
+                "answer with the encoded distances of the new rows to their shares of the "
+                "training rows, which never leave them. They exist only in the process that "
+                "ran fit in-process; this model was unpickled or copied, or fitted on a "
+                "deployed federation whose nodes keep nothing after the fit. It still has "
+                "labels_, dissimilarity_matrix_, clusterer_ and what derives from D; refit to "
+                "predict, or label new rows with fit_predict on all the rows."
             )
-            if self.clusterer == "nmf":
-                return self._nmf_classes[_nearest_center(features, self._nmf_centroids)]
-            return _nearest_center(features, self.clusterer_.cluster_centers_)
-        return nearest_neighbour_vote(np.sqrt(D_new), self._train_labels, N_VOTE_NEIGHBORS)
+        runtime, D_new = self._query(X)
+        return runtime.server(
+            omnifc_assign_step,
+            D_new=D_new,
+            estimator=self.clusterer_,
+            train_labels=self._train_labels,
+            rule=self._assignment(),
+            params=self.clusterer_params,
+            nmf=self._nmf,
+        )
 
     def _query_distances(self, X):
-        """The query protocol, run directly: the same encoding, party blocks and decoder."""
-        lcc = self._lcc
-        setup = lcc["setup"]
-        # the querying party subtracts the offset the server broadcast at fit
+        """The decoded squared distances of ``X`` to the training rows (:meth:`_query`)."""
+        return self._query(X)[1]
+
+    def _query(self, X):
+        """The query protocol with the parties of the fit: its runtime and the decoded ``D``."""
+        setup = self._public["setup"]
+        n_new, n_train = X.shape[0], len(self._train_labels)
+        # the query block twice, the parties' shares and one exchange of tiles
+        operands = setup.decoding_bytes(n_new, n_train) / (8.0 * n_new * n_train)
+        self._check_memory(n_new, n_train, 2 + operands, "the query distances")
+        self._check_query_bounds(X)
+        runtime = InProcessRuntime(
+            Federation(X, [np.arange(n_new)]),
+            n_jobs=self.n_jobs,
+            name=f"{type(self).__name__}.predict",
+            session=self._session,
+        )
+        return runtime, lcc_query_distances(
+            runtime,
+            setup,
+            self.precision_,
+            querier=0,
+            parties=list(range(setup.m)),
+            n_train=n_train,
+            n_jobs=self.n_jobs,
+        )
+
+    def _check_query_bounds(self, X):
+        """The querying party checks its rows against the public bounds of the fit."""
         max_abs, max_norm = _data_bounds([X], self.offset_)
-        max_abs = max(max_abs, lcc["bounds"][0])
-        max_norm = max(max_norm, lcc["bounds"][1])
-        if not precision_is_safe(self.precision_, max_abs, max_norm, X.shape[1], setup.p):
+        max_abs = max(max_abs, self._public["bounds"][0])
+        max_norm = max(max_norm, self._public["bounds"][1])
+        if not precision_is_safe(
+            self.precision_, max_abs, max_norm, X.shape[1], self._public["setup"].p
+        ):
             raise ValueError(
                 f"the new rows exceed the public bounds the precision q={self.precision_} "
                 "was chosen for: their distances to the training rows could wrap around "
                 "modulo p. Scale them like the training data or refit with a lower precision."
             )
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        residues = quantize(X, self.precision_, setup.p, setup.l, self.offset_)
-        shares = lcc_encode(residues, seed, encoding=setup.encoding, n_segments=setup.l, p=setup.p)
-        alive = lcc["alive"]
-        # each answering party: its shares of the query rows against its training rows
-        uploads = [
-            EncodedDistances(EncodedRows(shares[j], setup.plan), EncodedRows(rows, setup.plan))
-            for j, rows in zip(alive, lcc["party_rows"])
-        ]
-        weights = server_decoding_weights(alive, setup.l, setup.t, setup.p)
-        return decode_cross_distances(uploads, weights, self.precision_, n_jobs=self.n_jobs)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -7,27 +7,32 @@ against the protocol runtime (:mod:`skfedclust.federation`):
    aggregation (:func:`agree_offset`): pairwise masks between the clients
    (set-up), masked fixed-point sums up, the mean down. Distances do not
    depend on the offset; subtracting it lets the field hold the spread of
-   the data instead of its position;
+   the data instead of its position. The public bounds the fixed-point
+   scale and the precision are chosen from travel as counted set-up
+   messages (one or two float64 per client; :func:`agree_scale`);
 1. every data client quantizes its rows to F_p
    (``rint(2**q x) - rint(2**q offset) mod p``), cuts each row into ``l``
-   segments, adds ``t`` uniformly random segments and sends every
-   share-holding party the Lagrange polynomial of each row evaluated at the
-   party's public point (:func:`lcc_share_step`, peer messages);
+   segments, adds ``t`` uniformly random segments drawn from its private
+   generator and sends every share-holding party the Lagrange polynomial of
+   each row evaluated at the party's public point (:func:`lcc_share_step`,
+   peer messages);
 2. every party that answers computes the squared distances *mod p* between
-   the encoded rows it holds and uploads them (:func:`lcc_party_step`);
+   the encoded rows it holds and uploads them (:func:`lcc_tiles_step`);
 3. the server combines the parties' matrices with public weights, which
    evaluates the degree-``2(l + t - 1)`` polynomial of every pair at the data
    points and sums the segments (:func:`server_decoding_weights`), then lifts
    the field values back to integers and divides by ``4**q``
-   (:func:`lcc_decode_step`).
+   (:func:`lcc_decode_tiles_step`).
 
-A party's upload is streamed: :class:`EncodedDistances` is the message, of
-the true wire size, and the party computes each block of it when the server
-asks for that block. The server decodes block by block, folding each party's
-block into its weighted sum while it is in cache, so no party's full matrix
-is ever held. Every number is an exact integer, so the result does not depend
-on the partition, the noise, the parameters ``(m, l, t)``, the surviving
-parties or ``n_jobs``.
+The upload of step 2 is streamed (:func:`streamed_exchange`): the server asks
+every party for a few groups of tiles in turn (exchanges that count as one
+round), each party computes them from the shares it holds and sends them as
+uint32 residues, and the server decodes every exchange tile by tile, folding
+each party's tile into its weighted sum while it is in cache, before asking
+for the next. No party's full matrix is ever held by the server, and no
+share ever reaches it. Every number is an exact integer, so the result does
+not depend on the partition, the noise, the parameters ``(m, l, t)``, the
+surviving parties or ``n_jobs``.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from ..federation import Federation, InProcessRuntime, Reply, logger
+from ..clusterers._memory import check_dense_memory
+from ..federation import Federation, InProcessRuntime, Received, Reply, logger, private_entropy
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
@@ -434,38 +440,22 @@ def quantize(X, precision, p, n_segments, offset=None):
 TAG_MASK = "mask"
 TAG_MASKED_SUM = "masked sum"
 TAG_OFFSET = "offset"
+TAG_BOUNDS = "bounds around offset"
 TAG_SHARE = "LCC share"
 TAG_DISTANCES = "encoded distances"
+TAG_QUERY_SHARE = "query share"
+TAG_QUERY_DISTANCES = "encoded query distances"
 
 
-# --------------------------------------------------------------------------- #
-# Joining: every party takes its index
-# --------------------------------------------------------------------------- #
-def lcc_join_step(data, inbox, state, party):
-    """Client step (no message): the party keeps its public index.
-
-    A data client also keeps the largest ``|x|`` of its rows. It stands for
-    the public bound on ``|x|`` that the parties agree before the protocol
-    (e.g. 1 after per-row normalisation), which sets the fixed-point scale of
-    the masked sums; the simulation reads it off the rows (:func:`lcc_join`).
-    """
-    keep = {"party": party.index}
-    if data is not None:
-        keep["bound |x|"] = _data_bounds([data])[0]
-    return Reply(keep=keep)
-
-
-def lcc_join(runtime):
-    """Protocol: every party, data-less ones included, takes its index; nothing is sent.
+def max_bound_step(bounds):
+    """Server step: the largest of the bounds the clients sent (public metadata).
 
     Returns
     -------
-    max_abs : float
-        The public bound on ``|x|`` (the simulation's stand-in: the largest
-        value the clients kept).
+    bound : ndarray of float64
+        Element-wise maximum of the received bounds.
     """
-    runtime.run(lcc_join_step, tag="join", clients=range(runtime.n_parties))
-    return max(runtime.client_outputs("bound |x|"))
+    return np.max(np.vstack([np.atleast_1d(b) for b in bounds.list()]), axis=0)
 
 
 # --------------------------------------------------------------------------- #
@@ -533,13 +523,18 @@ def masked_upload(sums, sent, received):
 
 
 def offset_mask_step(data, inbox, state, party, *, n_clients, n_features):
-    """Set-up client step: a uniform mask in Z_{2**64} to every later client (peer messages).
+    """Set-up client step: a uniform mask in Z_{2**64} to every later client, the bound ``|x|`` up.
 
     The masks do not depend on the data: they are the pairwise randomness the
-    secure aggregation needs before anyone uploads.
+    secure aggregation needs before anyone uploads (peer messages, from the
+    client's private generator). The client also sends the largest ``|x|``
+    of its rows (one float64): the public bound that sets the fixed-point
+    scale of the sums, the kind of bound parties agree before a protocol
+    (e.g. 1 after per-row normalisation).
     """
     masks = pairwise_masks(party.rng, party.index, n_clients, n_features)
-    return Reply(to_peers=masks, keep={"masks sent": masks})
+    bound = np.float64(_data_bounds([data])[0])
+    return Reply(send=bound, to_peers=masks, keep={"masks sent": masks})
 
 
 def offset_sum_step(data, inbox, state, party, *, shift):
@@ -558,17 +553,17 @@ def offset_server_step(uploads, *, n_samples, shift):
 
 
 def offset_bounds_step(data, inbox, state, party):
-    """Client step (no message): keep the offset, and the bounds of the rows around it.
+    """Set-up client step: keep the offset; send the bounds of the own rows around it.
 
-    ``max |x - offset|`` and ``max ||x - offset||`` stand for the public
-    bounds the precision is chosen from (agreed before the protocol in a
-    deployment); the simulation reads them off the rows (:func:`agree_scale`).
+    ``max |x - offset|`` and ``max ||x - offset||`` (two float64) are the
+    public bounds the precision is chosen from; the server takes the largest.
     """
     offset = inbox[TAG_OFFSET]
-    return Reply(keep={"offset": offset, "bounds around offset": _data_bounds([data], offset)})
+    bounds = np.asarray(_data_bounds([data], offset), dtype=np.float64)
+    return Reply(send=bounds, keep={"offset": offset, "masks sent": None})
 
 
-def agree_offset(runtime, *, max_abs):
+def agree_offset(runtime):
     """Protocol: secure aggregation of the global mean, the offset every party subtracts.
 
     Squared distances do not change when every row is shifted by the same
@@ -576,20 +571,17 @@ def agree_offset(runtime, *, max_abs):
     field then only has to hold the spread of the data, not its position. The
     mean is obtained without revealing any client's rows or sums: every pair
     of clients shares a uniform mask in Z_{2**64} (a set-up exchange between
-    the clients); each client uploads its fixed-point column sums plus the
-    masks it sent minus those it received, which is uniformly random on its
-    own; the server adds the uploads, the masks cancel, and it sends the mean
-    back to every data client (Bonawitz et al., "Practical Secure Aggregation
-    for Privacy-Preserving Machine Learning", CCS 2017, without dropouts).
-
-    The parties must have joined (:func:`lcc_join`).
+    the clients, in which each client also sends the public bound on its
+    ``|x|``); each client uploads its fixed-point column sums plus the masks
+    it sent minus those it received, which is uniformly random on its own;
+    the server adds the uploads, the masks cancel, and it sends the mean back
+    to every data client (Bonawitz et al., "Practical Secure Aggregation for
+    Privacy-Preserving Machine Learning", CCS 2017, without dropouts).
 
     Parameters
     ----------
     runtime : Runtime
         The protocol runtime.
-    max_abs : float
-        Public bound on ``|x|``; sets the fixed-point scale of the sums.
 
     Returns
     -------
@@ -597,15 +589,17 @@ def agree_offset(runtime, *, max_abs):
         The mean and its rounding.
     """
     n_samples = int(np.sum(runtime.client_sizes))
-    shift = fixed_point_shift(max_abs, n_samples)
-    runtime.stage("offset: pairwise masks between the clients (set-up)")
-    runtime.run(
+    runtime.stage("offset: pairwise masks between the clients, bounds on |x| up (set-up)")
+    bounds = runtime.run(
         offset_mask_step,
         tag=TAG_MASK,
         setup=True,
         n_clients=runtime.n_clients,
         n_features=runtime.n_features,
     )
+    max_abs = float(runtime.server(max_bound_step, bounds)[0])
+    _check_bound(max_abs, "the bound on |x|")
+    shift = fixed_point_shift(max_abs, n_samples)
     runtime.stage("offset: masked fixed-point sums up, the mean down (secure aggregation)")
     uploads = runtime.run(offset_sum_step, tag=TAG_MASKED_SUM, shift=shift)
     mean = runtime.server(offset_server_step, uploads, n_samples=n_samples, shift=shift)
@@ -633,10 +627,14 @@ class LCCScale(NamedTuple):
     bounds: tuple
 
 
-def agree_scale(runtime, setup, precision, *, max_abs):
+def agree_scale(runtime, setup, precision):
     """Protocol: the parties agree on the common offset and on the precision.
 
-    The parties must have joined (:func:`lcc_join`).
+    After the offset (:func:`agree_offset`), every data client sends the
+    bounds of its rows around it in a set-up exchange (two float64, counted
+    in ``communication_``); the server takes the largest and chooses the
+    precision from them. The bounds are public metadata: in a deployment
+    they could as well be agreed in advance (e.g. unit-norm rows).
 
     Parameters
     ----------
@@ -646,20 +644,16 @@ def agree_scale(runtime, setup, precision, *, max_abs):
         The public parameters.
     precision : int or "auto"
         The requested precision.
-    max_abs : float
-        The public bound on ``|x|`` (:func:`lcc_join`).
 
     Returns
     -------
     scale : LCCScale
         The offset, the precision ``q`` and the bounds it was chosen for.
     """
-    offset = agree_offset(runtime, max_abs=max_abs)
-    runtime.run(offset_bounds_step, tag="bounds")
-    # The bounds around the offset are public metadata in a deployment; the
-    # simulation takes the largest the clients read off their own rows.
-    kept = runtime.client_outputs("bounds around offset")
-    bounds = (max(b[0] for b in kept), max(b[1] for b in kept))
+    offset = agree_offset(runtime)
+    received = runtime.run(offset_bounds_step, tag=TAG_BOUNDS, setup=True)
+    max_abs, max_norm = (float(b) for b in runtime.server(max_bound_step, received))
+    bounds = (max_abs, max_norm)
     q = resolve_precision(
         precision, bounds, setup.p, runtime.n_features, resolution=offset.resolution
     )
@@ -676,9 +670,11 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     ----------
     residues : ndarray of int64 of shape (n_rows, l * w)
         The client's quantized rows in ``[0, p)``.
-    seed : int or numpy.random.Generator
-        The client's private generator (or a seed for one); the ``t`` noise segments of every row are
-        drawn fresh and uniform on ``F_p`` from it.
+    seed : numpy.random.Generator or int
+        The client's private generator (:attr:`Party.rng
+        <skfedclust.federation.Party.rng>`; an int seeds one, for tests): the
+        ``t`` noise segments of every row are drawn fresh and uniform on
+        ``F_p`` from it.
     encoding : ndarray of shape (l + t, m)
         The public encoding matrix (:func:`encoding_matrix`).
     n_segments : int
@@ -724,174 +720,175 @@ def lcc_share_step(data, inbox, state, party, *, precision, encoding, n_segments
 
 
 # --------------------------------------------------------------------------- #
-# Party step: encoded distances, streamed
+# Party side: encoded distances, tile by tile
 # --------------------------------------------------------------------------- #
-class EncodedRows:
-    """One party's encoded rows, prepared for exact float64 products.
-
-    Built by the party from the shares it holds, and nothing else. For its
-    block products (:func:`party_distance_block`) it prepares, on first use,
-    the two operands of :class:`ModularProduct` with the squared row norms
-    ``r`` riding along: ``[-2 z mod p, r, 1]`` on the left and ``[z, 1, r]``
-    on the right, so that one product gives ``r_a + r_b - 2 z_a . z_b``, the
-    squared distance mod p. :meth:`release` frees the operands.
-
-    Parameters
-    ----------
-    shares : ndarray of uint32 of shape (n_rows, w)
-        The encoded rows, residues in ``[0, p)``.
-    plan : ModularProduct
-        The exact product plan of the field and width.
-    """
-
-    def __init__(self, shares, plan):
-        p = plan.p
-        self.plan = plan
-        self.shares = shares
-        sq = np.asarray(shares, dtype=np.int64)
-        sq = sq * sq % p
-        self.norms = centred(sq.sum(axis=1) % p, p)
-        self._lock = threading.Lock()
-        self._left = self._right = None
-
-    @property
-    def n_rows(self):
-        return self.shares.shape[0]
-
-    def left(self):
-        """The left operand chunks ``[-2 z mod p, r, 1]`` (prepared once)."""
-        with self._lock:
-            if self._left is None:
-                self._left = self.plan.left_operand(
-                    centred(self.shares, self.plan.p), factor=-2, extra=[self.norms, 1.0]
-                )
-            return self._left
-
-    def right(self):
-        """The right operand chunks ``[z, 1, r]`` (prepared once)."""
-        with self._lock:
-            if self._right is None:
-                self._right = self.plan.right_operand(
-                    centred(self.shares, self.plan.p), extra=[1.0, self.norms]
-                )
-            return self._right
-
-    def release(self):
-        """Free the prepared operands (the shares stay)."""
-        with self._lock:
-            self._left = self._right = None
-
-    def __getstate__(self):
-        # a party step may run in another process: its encoded rows travel,
-        # the operands are prepared again where the blocks are computed
-        state = dict(self.__dict__)
-        state.update(_lock=None, _left=None, _right=None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-
-def party_distance_block(left, right, rows_a, rows_b, plan, work):
-    """One block of a party's ``G[a, b] = ||z_a - z_b||**2 mod p`` over its encoded rows.
-
-    ``left`` and ``right`` are the same party's :class:`EncodedRows` (the
-    training rows, or query rows against training rows). One exact BLAS
-    product per inner chunk gives ``r_a + r_b - 2 z_a . z_b`` and one
-    reduction brings it to integers congruent to ``G`` with
-    ``|G| <= p/2 + 3`` (:func:`~skfedclust.secure._field.reduction_bound`),
-    left in ``work["g"]``: the block a party uploads is their residue mod p;
-    the server folds them into its sum without taking the canonical
-    representative first, which saves a pass.
-    """
-    lhs = [chunk[rows_a] for chunk in left.left()]
-    rhs = [chunk[rows_b] for chunk in right.right()]
-    return plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"])
-
-
 #: Bytes of one field element on the wire (residues below 2**31 fit 32 bits).
 ELEMENT_BYTES = np.dtype(np.uint32).itemsize
 
 
-class EncodedDistances:
-    """A party's upload: the squared distances mod p between its encoded rows.
+def encoded_row_norms(shares, p):
+    """Squared norms mod p of encoded rows, centred (the extra product columns)."""
+    sq = np.asarray(shares, dtype=np.int64)
+    sq = sq * sq % p
+    return centred(sq.sum(axis=1) % p, p)
 
-    The message is streamed. **The party computes a block on request**: the
-    server asks for block ``(rows_a, rows_b)`` with :meth:`block` and gets
-    that block of ``G_j`` (as congruent integers, see
-    :func:`party_distance_block`) while it is in cache, so no party's
-    ``n x n`` matrix is ever formed. Only the blocks leave the party; the
-    encoded rows it computes them from stay with it.
 
-    ``nbytes`` is the size of the message on the wire, which the ledger
-    counts: one 32-bit field element per pair of the upper triangle (``G_j``
-    is symmetric with a zero diagonal), or per entry for the distances
-    between query rows and training rows.
+class _Scratch:
+    """Per-thread float64 scratch blocks of at most ``size x size``."""
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.local = threading.local()
+
+    def get(self, size, shape):
+        bufs = getattr(self.local, "bufs", None)
+        if bufs is None or bufs[self.keys[0]].shape != (size, size):
+            bufs = {k: np.empty((size, size)) for k in self.keys}
+            self.local.bufs = bufs
+        return {k: v[: shape[0], : shape[1]] for k, v in bufs.items()}
+
+
+def _tile_shape(tile):
+    a0, a1, b0, b1 = tile
+    return a1 - a0, b1 - b0
+
+
+def _is_diagonal(tile, symmetric):
+    return symmetric and tile[0] == tile[2]
+
+
+def tile_elements(tile, symmetric):
+    """Field elements a party sends for one tile (the strict upper triangle of a diagonal one)."""
+    ka, kb = _tile_shape(tile)
+    return ka * (ka - 1) // 2 if _is_diagonal(tile, symmetric) else ka * kb
+
+
+def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
+    """A party's tiles of ``G[a, b] = ||z_a - z_b||**2 mod p``, as uint32 residues.
+
+    Computed from the encoded rows the party holds and nothing else. Each
+    tile is one exact float64 product (:class:`ModularProduct`) of
+    ``[-2 z_a mod p, r_a, 1]`` against ``[z_b, 1, r_b]`` (``r`` the squared
+    row norms), which gives ``r_a + r_b - 2 z_a . z_b``, and one reduction.
+    The operands of a tile are prepared for its rows only, so the party
+    never holds more than a tile of them.
 
     Parameters
     ----------
-    left : EncodedRows
-        The party's encoded rows (the rows of ``G_j``).
-    right : EncodedRows, default=None
-        The party's encoded training rows (the columns), for query
-        distances; ``None`` means ``left`` against itself.
+    left, right : tuple of (ndarray of uint32 of shape (n, w), ndarray of shape (n,))
+        Encoded rows and their :func:`encoded_row_norms`: the rows and the
+        columns of ``G`` (the same for the training distances).
+    tiles : list of tuple of int
+        ``(a0, a1, b0, b1)``: rows ``a0:a1`` against columns ``b0:b1``.
+    p : int
+        The prime.
+    symmetric : bool
+        Whether ``G`` is symmetric with a zero diagonal: a diagonal tile then
+        sends only its strict upper triangle, row by row.
+    n_threads : int, default=1
+        Threads over the tiles.
+
+    Returns
+    -------
+    tiles : tuple of ndarray of uint32
+        One array per tile, residues in ``[0, p)``: the message.
     """
+    (Z_a, r_a), (Z_b, r_b) = left, right
+    plan = ModularProduct.plan(p, Z_a.shape[1])
+    scratch = _Scratch(("g", "tmp", "tmp2"))
+    size = max((max(_tile_shape(t)) for t in tiles), default=1)
+    out = [None] * len(tiles)
 
-    def __init__(self, left, right=None):
-        self._left = left
-        self._right = left if right is None else right
-        self.symmetric = right is None
-        self.p = left.plan.p
+    def task(k, tile):
+        a0, a1, b0, b1 = tile
+        work = scratch.get(size, _tile_shape(tile))
+        lhs = plan.left_operand(centred(Z_a[a0:a1], p), factor=-2, extra=[r_a[a0:a1], 1.0])
+        rhs = plan.right_operand(centred(Z_b[b0:b1], p), extra=[1.0, r_b[b0:b1]])
+        g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"])
+        canonical_inplace(g, p)
+        if _is_diagonal(tile, symmetric):
+            g = g[np.triu_indices(a1 - a0, 1)]
+        out[k] = g.astype(np.uint32).ravel()
 
-    @property
-    def shape(self):
-        return (self._left.n_rows, self._right.n_rows)
-
-    @property
-    def nbytes(self):
-        n_a, n_b = self.shape
-        n_elements = n_a * (n_a - 1) // 2 if self.symmetric else n_a * n_b
-        return ELEMENT_BYTES * n_elements
-
-    def block(self, rows_a, rows_b, work):
-        """The party computes block ``(rows_a, rows_b)`` of its ``G_j`` (into ``work["g"]``)."""
-        return party_distance_block(self._left, self._right, rows_a, rows_b, self._left.plan, work)
-
-    def prepare(self):
-        """The party gets ready to answer block requests (prepares its product operands)."""
-        self._left.left()
-        self._right.right()
-
-    def close(self):
-        """The server has read the whole message: the party frees its product operands."""
-        self._left.release()
-        self._right.release()
+    _run_blocks(task, list(enumerate(tiles)), n_threads)
+    return tuple(out)
 
 
-def lcc_party_step(data, inbox, state, party, *, row_numbers, n_samples, plan):
-    """Party step: assemble the encoded rows of every sample, upload their distances mod p.
-
-    Data clients and data-less parties alike: the party stacks the shares it
-    received (and its own, for a data client) in the public row numbering,
-    keeps them (to answer later distance queries) and uploads its encoded
-    squared-distance matrix as an :class:`EncodedDistances` stream.
-    """
+def _assemble_encoded_rows(inbox, state, party, row_numbers, n_samples):
     held = dict(inbox.get(TAG_SHARE, {}))
     if state.get("own share") is not None:
-        held[state["party"]] = state["own share"]
+        held[party.index] = state["own share"]
     width = next(iter(held.values())).shape[1]
     Z = np.empty((n_samples, width), dtype=np.uint32)
     for client, shares in held.items():
-        Z[row_numbers[client]] = shares
-    return Reply(send=EncodedDistances(EncodedRows(Z, plan)), keep={"encoded rows": Z})
+        Z[np.asarray(row_numbers[client])] = shares
+    return Z
 
 
+def lcc_tiles_step(
+    data, inbox, state, party, *, tiles, p, row_numbers=None, n_samples=None, n_threads=1
+):
+    """Party step: the requested tiles of its encoded squared distances mod p, uploaded.
+
+    Data clients and data-less parties alike. At the first request
+    (``row_numbers`` given) the party stacks the shares it received, and its
+    own, in the public row numbering and keeps them: its encoded rows, which
+    stay with it (to answer later requests, and predict's queries). Every
+    request is answered from them alone (:func:`party_tiles`).
+    """
+    keep = {}
+    if row_numbers is not None:
+        Z = _assemble_encoded_rows(inbox, state, party, row_numbers, n_samples)
+        norms = encoded_row_norms(Z, p)
+        keep = {"encoded rows": Z, "row norms": norms}
+        if "own share" in state:
+            keep["own share"] = None  # now a row of the encoded rows
+    else:
+        Z, norms = state["encoded rows"], state["row norms"]
+    send = party_tiles((Z, norms), (Z, norms), tiles, p, symmetric=True, n_threads=n_threads)
+    return Reply(send=send, keep=keep)
+
+
+def lcc_query_share_step(data, inbox, state, party, *, precision, encoding, n_segments, p):
+    """Client step of the querying party: Lagrange-encode its new rows, send every party its shares.
+
+    ``data`` are the querying party's new rows. Quantized around the offset
+    it kept, masked with fresh noise from its private generator; its own
+    share stays with it.
+    """
+    residues = quantize(data, precision, p, n_segments, state["offset"])
+    shares = lcc_encode(residues, party.rng, encoding=encoding, n_segments=n_segments, p=p)
+    me = party.index
+    others = {j: shares[j] for j in range(shares.shape[0]) if j != me}
+    return Reply(to_peers=others, keep={"query share": shares[me].copy()})
+
+
+def lcc_query_tiles_step(data, inbox, state, party, *, tiles, p, querier, first, last, n_threads=1):
+    """Party step: tiles of the encoded distances of the query rows to its training rows.
+
+    At the first request the party keeps the query share it received (or its
+    own, for the querier); after the last one it drops it.
+    """
+    if first:
+        received = inbox.get(TAG_QUERY_SHARE, {})
+        Q = received[querier] if querier in received else state["query share"]
+        query = (Q, encoded_row_norms(Q, p))
+    else:
+        query = state["query rows"]
+    train = (state["encoded rows"], state["row norms"])
+    send = party_tiles(query, train, tiles, p, symmetric=False, n_threads=n_threads)
+    keep = {"query share": None, "query rows": None if last else query}
+    return Reply(send=send, keep=keep)
+
+
+# --------------------------------------------------------------------------- #
+# Server side: streamed decoding
+# --------------------------------------------------------------------------- #
 class StreamingDecoder:
     """Server side of the decoding, block by block.
 
-    ``w_j * G_j`` must be an exact float64 sum. A party's block is reduced
-    (``|g| <= p/2 + 3``); for primes below about ``2**24`` its product with a
+    ``w_j * G_j`` must be an exact float64 sum. A party's block, centred, has
+    ``|g| <= p/2``; for primes below about ``2**24`` its product with a
     centred weight is exact; for larger primes each weight is split into two
     signed 15-bit limbs with one accumulator each. The accumulators are
     reduced every :attr:`flush_every` parties so that their sums stay below
@@ -912,7 +909,7 @@ class StreamingDecoder:
         # ldexp: 2.0 ** (-2 q) raises OverflowError for q below about -512
         self.scale = math.ldexp(1.0, -2 * int(precision))
         w = centred(np.asarray(weights, dtype=np.int64), p)
-        g_max = reduction_bound(p)  # bound on a party block (party_distance_block)
+        g_max = reduction_bound(p)  # bound on a party block
         room = 2**53 - p  # what reduce_inplace accepts
         if g_max * ((p - 1) // 2) * 16 <= room:
             self.limbs = [(w, 1.0)]
@@ -924,30 +921,19 @@ class StreamingDecoder:
         # a flushed accumulator holds up to g_max more: one term less per flush
         self.flush_every = max(1, room // (g_max * w_max) - 1)
 
-    @staticmethod
-    def buffers(local, size):
-        """Per-thread scratch for blocks of at most ``size x size``."""
-        bufs = getattr(local, "decoder_bufs", None)
-        if bufs is None or bufs["g"].shape != (size, size):
-            bufs = {k: np.empty((size, size)) for k in ("g", "tmp", "tmp2", "acc_hi", "acc_lo")}
-            local.decoder_bufs = bufs
-        return bufs
+    def decode_block(self, fill, n_uploads, work):
+        """Decoded real squared distances of one block (a view of ``work["acc_hi"]``).
 
-    def decode_block(self, uploads, rows_a, rows_b, bufs):
-        """Decoded real squared distances of one block (a view of a scratch buffer).
-
-        Each party computes its block on request (:meth:`EncodedDistances.block`)
-        and it is folded into the weighted sum at once, while it is in cache.
+        ``fill(k, g)`` writes party ``k``'s block, centred residues, into
+        ``g``; it is folded into the weighted sum at once, while in cache.
         """
         p, pinv = self.p, 1.0 / self.p
-        shape = (rows_a.stop - rows_a.start, rows_b.stop - rows_b.start)
-        work = {k: v[: shape[0], : shape[1]] for k, v in bufs.items()}
         accs = [work["acc_hi"], work["acc_lo"]][: len(self.limbs)]
         tmp = work["tmp"]
         for acc in accs:
             acc.fill(0.0)
-        for k, upload in enumerate(uploads):
-            g = upload.block(rows_a, rows_b, work)
+        for k in range(n_uploads):
+            g = fill(k, work["g"])
             for acc, (w, _) in zip(accs, self.limbs):
                 np.multiply(g, w[k], out=tmp)
                 acc += tmp
@@ -973,6 +959,137 @@ class StreamingDecoder:
         return out
 
 
+def _unpack_tile(values, g, tile, symmetric, p):
+    """A party's tile as centred float64 residues in ``g`` (mirrored if diagonal)."""
+    if _is_diagonal(tile, symmetric):
+        k = g.shape[0]
+        upper = np.triu_indices(k, 1)
+        g.fill(0.0)
+        g[upper] = values
+        g[upper[1], upper[0]] = values
+    else:
+        g[...] = values.reshape(g.shape)
+    np.subtract(g, p, out=g, where=g > p // 2)
+    return g
+
+
+def _check_tiles(received, tiles, symmetric, p):
+    """Refuse an upload that is not the requested tiles (the party's own mistake)."""
+    for party, payload in received.items():
+        ok = isinstance(payload, (tuple, list)) and len(payload) == len(tiles)
+        ok = ok and all(
+            isinstance(v, np.ndarray)
+            and v.dtype == np.uint32
+            and v.size == tile_elements(t, symmetric)
+            and (v.size == 0 or int(v.max()) < p)
+            for v, t in zip(payload, tiles)
+        )
+        if not ok:
+            raise ValueError(
+                f"party {party} did not send the {len(tiles)} requested tiles of residues mod p"
+            )
+
+
+def lcc_decode_tiles_step(
+    received, *, tiles, weights, p, precision, out, symmetric, progress, n_jobs=None
+):
+    """Server step: decode one exchange of tiles into ``out``, tile by tile.
+
+    Parameters
+    ----------
+    received : Received
+        The answering parties' tiles, in the order of ``weights``.
+    tiles : list of tuple of int
+        The tiles asked for in this exchange.
+    weights : ndarray of int64
+        The decoding weights of the answering parties.
+    p : int
+        The prime.
+    precision : int
+        The precision ``q``.
+    out : ndarray of shape (n_a, n_b)
+        The server's matrix being decoded; each tile is written (and
+        mirrored when ``symmetric``) as soon as it is decoded.
+    symmetric : bool
+        Training distances (upper block triangle) or query distances.
+    progress : _BlockProgress
+        Progress lines, one per tile.
+    n_jobs : int, default=None
+        Threads over the tiles.
+    """
+    _check_tiles(received, tiles, symmetric, p)
+    uploads = received.list()
+    decoder = StreamingDecoder(weights, p, precision)
+    scratch = _Scratch(("g", "tmp", "acc_hi", "acc_lo"))
+    size = max(max(_tile_shape(t)) for t in tiles)
+
+    def task(k, tile):
+        a0, a1, b0, b1 = tile
+        work = scratch.get(size, _tile_shape(tile))
+
+        def fill(j, g):
+            return _unpack_tile(uploads[j][k], g, tile, symmetric, p)
+
+        block = decoder.decode_block(fill, len(uploads), work)
+        out[a0:a1, b0:b1] = block
+        if symmetric and a0 != b0:
+            out[b0:b1, a0:a1] = block.T
+        progress.tick(slice(a0, a1), slice(b0, b1))
+
+    _run_blocks(task, list(enumerate(tiles)), n_jobs)
+
+
+def decode_squared_distances(shares, weights, precision, p, *, n_jobs=None):
+    """``D`` from the parties' encoded rows directly, with the protocol's tiles and decoder.
+
+    The same party computation (:func:`party_tiles`) and server decoding
+    (:func:`lcc_decode_tiles_step`) as the protocol, exchange by exchange,
+    without a runtime: a reference for tests and for the algebra.
+
+    Parameters
+    ----------
+    shares : list of ndarray of shape (n, w)
+        Every answering party's encoded rows, residues in ``[0, p)``, in the
+        order of ``weights``.
+    weights : ndarray of int64
+        The decoding weights (:func:`server_decoding_weights`).
+    precision : int
+        The precision ``q``.
+    p : int
+        The prime.
+    n_jobs : int, default=None
+        Threads over the tiles.
+
+    Returns
+    -------
+    D : ndarray of shape (n, n)
+        The decoded squared distances.
+    """
+    parts = [(np.asarray(z, dtype=np.uint32), encoded_row_norms(z, p)) for z in shares]
+    n = parts[0][0].shape[0]
+    exchanges = tile_exchanges(n, n, len(parts), symmetric=True)
+    progress = _BlockProgress("decoding D", sum(len(tiles) for tiles in exchanges))
+    out = np.empty((n, n))
+    for tiles in exchanges:
+        received = Received(
+            TAG_DISTANCES,
+            {j: party_tiles(z, z, tiles, p, symmetric=True) for j, z in enumerate(parts)},
+        )
+        lcc_decode_tiles_step(
+            received,
+            tiles=tiles,
+            weights=weights,
+            p=p,
+            precision=precision,
+            out=out,
+            symmetric=True,
+            progress=progress,
+            n_jobs=n_jobs,
+        )
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
 def _blocks(n, size):
     return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
@@ -988,6 +1105,18 @@ def _block_workers(n_jobs):
         return effective_n_jobs(n_jobs)
     blas = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
     return max(blas, default=1)
+
+
+def party_threads(n_jobs):
+    """Threads each party uses for its tiles when the runtime runs it with ``n_jobs``.
+
+    ``n_jobs=None`` runs the parties one after another in this process: each
+    then uses the cores BLAS would use. Otherwise parties run side by side,
+    one thread each.
+    """
+    if n_jobs is None or effective_n_jobs(n_jobs) == 1:
+        return _block_workers(None)
+    return 1
 
 
 class _BlockProgress:
@@ -1028,101 +1157,112 @@ def _run_blocks(task, tasks, n_jobs):
         Parallel(n_jobs=n_workers, backend="threading")(delayed(task)(*a) for a in tasks)
 
 
-def decode_squared_distances(uploads, weights, precision, *, out=None, n_jobs=None):
-    """Streamed ``D`` of the training rows from the answering parties' uploads.
-
-    Parameters
-    ----------
-    uploads : list of EncodedDistances
-        One symmetric upload per answering party, in the order of ``weights``.
-    weights : ndarray of int64
-        The decoding weights of the answering parties
-        (:func:`server_decoding_weights`).
-    precision : int
-        The precision ``q``.
-    out : ndarray of shape (n, n), default=None
-        Where to write ``D``.
-    n_jobs : int, default=None
-        Threads over the blocks.
-
-    Returns
-    -------
-    D : ndarray of shape (n, n)
-        The decoded squared distances. Only the upper block triangle is
-        requested from the parties (``D`` is symmetric); each block is
-        mirrored as soon as it is decoded.
-    """
-    n = uploads[0].shape[0]
-    decoder = StreamingDecoder(weights, uploads[0].p, precision)
-    # the parties prepare side by side before the first block is asked for
-    _run_blocks(EncodedDistances.prepare, [(u,) for u in uploads], n_jobs)
-    D = np.empty((n, n)) if out is None else out
-    blocks = _blocks(n, BLOCK_SIZE)
-    tasks = [(ra, rb) for i, ra in enumerate(blocks) for rb in blocks[i:]]
-    progress = _BlockProgress("decoding D", len(tasks))
-    local = threading.local()
-
-    def task(ra, rb):
-        block = decoder.decode_block(uploads, ra, rb, decoder.buffers(local, BLOCK_SIZE))
-        D[ra, rb] = block
-        if ra != rb:
-            D[rb, ra] = block.T
-        progress.tick(ra, rb)
-
-    _run_blocks(task, tasks, n_jobs)
-    np.fill_diagonal(D, 0.0)
-    return D
+#: Share of the decoded matrix's size that one exchange of a streamed upload
+#: may bring to the server, all answering parties together (a quarter of
+#: ``D``), and never less than :data:`MIN_EXCHANGE_BYTES`.
+EXCHANGE_FRACTION = 0.25
+MIN_EXCHANGE_BYTES = 8 * 2**20
+#: Largest message one party sends in one exchange (well below gRPC's 2 GiB).
+MAX_MESSAGE_BYTES = 256 * 2**20
 
 
-def decode_cross_distances(uploads, weights, precision, *, n_jobs=None):
-    """Streamed squared distances between query rows and training rows.
+def tile_exchanges(n_rows, n_cols, n_parties, *, symmetric):
+    """The tiles of a streamed upload, grouped into exchanges.
 
-    ``uploads`` are the answering parties' :class:`EncodedDistances` of
-    their query shares against their training shares; otherwise as
-    :func:`decode_squared_distances`.
-    """
-    n_a, n_b = uploads[0].shape
-    decoder = StreamingDecoder(weights, uploads[0].p, precision)
-    _run_blocks(EncodedDistances.prepare, [(u,) for u in uploads], n_jobs)
-    D = np.empty((n_a, n_b))
-    tasks = [(ra, rb) for ra in _blocks(n_a, BLOCK_SIZE) for rb in _blocks(n_b, BLOCK_SIZE)]
-    progress = _BlockProgress("decoding query distances", len(tasks))
-    local = threading.local()
-
-    def task(ra, rb):
-        D[ra, rb] = decoder.decode_block(uploads, ra, rb, decoder.buffers(local, BLOCK_SIZE))
-        progress.tick(ra, rb)
-
-    _run_blocks(task, tasks, n_jobs)
-    return D
-
-
-def lcc_decode_step(distances, *, n_segments, n_colluders, p, precision, n_jobs=None):
-    """Server step: decode ``D`` from the encoded distances of the parties that answered.
-
-    Parameters
-    ----------
-    distances : Received
-        The :class:`EncodedDistances` uploads, by party.
-    n_segments, n_colluders : int
-        ``l`` and ``t``.
-    p : int
-        The prime.
-    precision : int
-        The precision ``q``.
-    n_jobs : int, default=None
-        Threads over the blocks.
+    Tiles of at most :data:`BLOCK_SIZE` rows and columns, the upper block
+    triangle for a symmetric matrix, in row-major order. An exchange takes
+    tiles while every answering party's message stays within
+    ``max(EXCHANGE_FRACTION * 8 n_rows n_cols, MIN_EXCHANGE_BYTES) /
+    n_parties`` and :data:`MAX_MESSAGE_BYTES`: the server holds at most a
+    quarter of ``D`` in messages at any time, and a deployment makes few
+    exchanges (about ``n_parties`` for a large ``n``, one for a small one).
+    The plan depends on public sizes only, so every runtime makes the same
+    exchanges.
 
     Returns
     -------
-    D : ndarray of shape (n, n)
-        Squared distances of the quantized rows, in the public row numbering.
+    exchanges : list of list of tuple of int
+        The ``(a0, a1, b0, b1)`` tiles of every exchange.
     """
-    weights = server_decoding_weights(list(distances), n_segments, n_colluders, p)
-    D = decode_squared_distances(distances.list(), weights, precision, n_jobs=n_jobs)
-    for upload in distances.list():
-        upload.close()
-    return D
+    rows, cols = _blocks(n_rows, BLOCK_SIZE), _blocks(n_cols, BLOCK_SIZE)
+    tiles = [
+        (ra.start, ra.stop, rb.start, rb.stop)
+        for i, ra in enumerate(rows)
+        for rb in (cols[i:] if symmetric else cols)
+    ]
+    total = max(EXCHANGE_FRACTION * 8.0 * n_rows * n_cols, MIN_EXCHANGE_BYTES)
+    limit = min(total / max(n_parties, 1), MAX_MESSAGE_BYTES)
+    exchanges, current, size = [], [], 0
+    for tile in tiles:
+        nbytes = ELEMENT_BYTES * tile_elements(tile, symmetric)
+        if current and size + nbytes > limit:
+            exchanges.append(current)
+            current, size = [], 0
+        current.append(tile)
+        size += nbytes
+    if current:
+        exchanges.append(current)
+    return exchanges
+
+
+def streamed_exchange(runtime, step, *, parties, n_rows, n_cols, symmetric, decode, **public):
+    """Protocol: ask ``parties`` for their tiles exchange by exchange; decode each at once.
+
+    All exchanges count as one round (``same_round``): they are the blocks
+    of one upload the server asks for in turn. Only the current exchange's
+    messages are alive on the server side.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime.
+    step : callable
+        The party step answering a request (:func:`lcc_tiles_step`,
+        :func:`lcc_query_tiles_step`); gets ``tiles`` besides ``public``.
+    parties : list of int
+        The answering parties.
+    n_rows, n_cols : int
+        Shape of the decoded matrix.
+    symmetric : bool
+        Training distances or query distances.
+    decode : dict
+        Public constants of :func:`lcc_decode_tiles_step` (``weights``,
+        ``p``, ``precision``, ``n_jobs``, ``tag``, ``what``).
+    **public
+        Public constants of ``step``; a callable value is called with
+        ``(first, last)`` (whether the exchange is the first, the last) to
+        give the constant of each exchange.
+
+    Returns
+    -------
+    D : ndarray of shape (n_rows, n_cols)
+        The decoded matrix.
+    """
+    decode = dict(decode)
+    tag, what = decode.pop("tag"), decode.pop("what")
+    exchanges = tile_exchanges(n_rows, n_cols, len(parties), symmetric=symmetric)
+    progress = _BlockProgress(what, sum(len(tiles) for tiles in exchanges))
+    out = np.empty((n_rows, n_cols))
+    for i, tiles in enumerate(exchanges):
+        first, last = i == 0, i == len(exchanges) - 1
+        constants = {k: (v(first, last) if callable(v) else v) for k, v in public.items()}
+        received = runtime.run(
+            step, tag=tag, clients=parties, same_round=not first, tiles=tiles, **constants
+        )
+        runtime.server(
+            lcc_decode_tiles_step,
+            received,
+            tiles=tiles,
+            out=out,
+            symmetric=symmetric,
+            progress=progress,
+            **decode,
+        )
+        # this exchange's messages are decoded: free them before the next one
+        del received
+    if symmetric:
+        np.fill_diagonal(out, 0.0)
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -1160,15 +1300,24 @@ class LCCSetup:
         self.plan = ModularProduct.plan(self.p, self.width)
         self.encoding = encoding_matrix(self.l, self.t, self.m, self.p)
 
-    def decoding_bytes(self, n_samples):
-        """Bytes of the parties' product operands alive while the server decodes.
+    def decoding_bytes(self, n_samples, n_columns=None):
+        """Bytes alive besides the decoded matrix while a simulation decodes it.
 
-        Every answering party prepares a left and a right operand of
-        ``n_samples`` rows and ``n_limbs * w + 2`` float64 columns
-        (:class:`EncodedRows`); they are freed when the decoding ends.
+        Every party's encoded rows (``n_samples x w`` uint32 and a float64
+        norm per row; in a deployment they stay on the parties' machines)
+        and the messages of one exchange of the streamed upload
+        (:func:`tile_exchanges`: at most a quarter of the decoded matrix, or
+        :data:`MIN_EXCHANGE_BYTES`). ``n_columns`` gives the columns of a
+        query matrix (``n_samples`` query rows against the training rows).
         """
-        columns = self.plan.n_limbs * self.width + 2
-        return 2 * 8 * int(n_samples) * columns * self.m
+        n_rows = int(n_samples)
+        n_cols = n_rows if n_columns is None else int(n_columns)
+        shares = self.m * max(n_rows, n_cols) * (ELEMENT_BYTES * self.width + 8)
+        exchange = min(
+            max(EXCHANGE_FRACTION * 8.0 * n_rows * n_cols, MIN_EXCHANGE_BYTES),
+            ELEMENT_BYTES * n_rows * n_cols * self.m,
+        )
+        return int(shares + exchange)
 
     def survivors(self, dropped):
         dropped = set(check_party_indices([] if dropped is None else dropped, "dropped"))
@@ -1184,13 +1333,15 @@ class LCCSetup:
         return alive
 
 
-def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None):
-    """Protocol: the share exchange and the parties' encoded distances.
+def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None, n_jobs=None):
+    """Protocol: the share exchange, then the parties' encoded distances, streamed and decoded.
 
     Two rounds: every data client sends each party its shares (peer
-    messages), then every party that answers uploads its encoded distances.
-    The parties must have agreed on the offset and the precision
-    (:func:`agree_scale`).
+    messages); then the server asks every answering party for the tiles of
+    its encoded squared distances, a few exchanges that count as the one
+    upload round (:func:`streamed_exchange`), and decodes each exchange as
+    it arrives. The parties must have agreed on the offset and the
+    precision (:func:`agree_scale`).
 
     Parameters
     ----------
@@ -1205,11 +1356,14 @@ def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None):
         client, in the order of the client's rows.
     dropped : iterable of int, default=None
         Parties whose answers never arrive (stragglers).
+    n_jobs : int, default=None
+        The runtime's ``n_jobs``: sets the threads of the parties
+        (:func:`party_threads`) and of the server's decoding.
 
     Returns
     -------
-    distances : Received
-        The :class:`EncodedDistances` uploads of the parties that answered.
+    D : ndarray of shape (n, n)
+        Squared distances of the quantized rows, in the public row numbering.
     """
     m = setup.m
     runtime.stage(
@@ -1225,18 +1379,97 @@ def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None):
         p=setup.p,
     )
     alive = setup.survivors(dropped)
-    runtime.stage(
-        f"parties: encoded squared distances mod p, streamed to the server "
-        f"({len(alive)} of {m} answer)"
-    )
     n_samples = int(sum(len(r) for r in row_numbers))
-    return runtime.run(
-        lcc_party_step,
-        tag=TAG_DISTANCES,
-        clients=alive,
-        row_numbers=row_numbers,
+    runtime.stage(
+        f"parties: encoded squared distances mod p, streamed to the server tile by tile "
+        f"({len(alive)} of {m} answer); server: Lagrange decoding of every exchange"
+    )
+    numbering = [np.asarray(r, dtype=np.int64) for r in row_numbers]
+    return streamed_exchange(
+        runtime,
+        lcc_tiles_step,
+        parties=alive,
+        n_rows=n_samples,
+        n_cols=n_samples,
+        symmetric=True,
+        decode={
+            "weights": server_decoding_weights(alive, setup.l, setup.t, setup.p),
+            "p": setup.p,
+            "precision": precision,
+            "n_jobs": n_jobs,
+            "tag": TAG_DISTANCES,
+            "what": "decoding D",
+        },
+        p=setup.p,
+        row_numbers=lambda first, last: numbering if first else None,
         n_samples=n_samples,
-        plan=setup.plan,
+        n_threads=party_threads(n_jobs),
+    )
+
+
+def lcc_query_distances(runtime, setup, precision, *, querier, parties, n_train, n_jobs=None):
+    """Protocol: squared distances of a querying party's new rows to the training rows.
+
+    The querying party Lagrange-encodes its new rows with fresh private
+    noise and sends every party its shares (peer messages); every answering
+    party uploads the tiles of the encoded distances between the query
+    shares and its training shares (streamed, as in the fit), and the
+    server decodes them. Run on a runtime that continues the parties of the
+    fit (:meth:`InProcessRuntime.party_session
+    <skfedclust.federation.InProcessRuntime.party_session>`), which still hold
+    their encoded training rows, with the new rows as the querier's data.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The runtime of the fit.
+    setup : LCCSetup
+        The public parameters of the fit.
+    precision : int
+        The precision ``q`` of the fit.
+    querier : int
+        The querying party (a data client: it holds the offset).
+    parties : list of int
+        The parties that answer.
+    n_train : int
+        Number of training rows.
+    n_jobs : int, default=None
+        As in :func:`lcc_exchange`.
+
+    Returns
+    -------
+    D : ndarray of shape (n_query, n_train)
+        Squared distances of the quantized rows.
+    """
+    runtime.run(
+        lcc_query_share_step,
+        tag=TAG_QUERY_SHARE,
+        clients=[querier],
+        precision=precision,
+        encoding=setup.encoding,
+        n_segments=setup.l,
+        p=setup.p,
+    )
+    return streamed_exchange(
+        runtime,
+        lcc_query_tiles_step,
+        parties=list(parties),
+        n_rows=int(runtime.client_sizes[querier]),
+        n_cols=n_train,
+        symmetric=False,
+        decode={
+            "weights": server_decoding_weights(parties, setup.l, setup.t, setup.p),
+            "p": setup.p,
+            "precision": precision,
+            "n_jobs": n_jobs,
+            "tag": TAG_QUERY_DISTANCES,
+            "what": "decoding query distances",
+        },
+        p=setup.p,
+        querier=querier,
+        first=lambda first, last: first,
+        last=lambda first, last: last,
+        n_threads=party_threads(n_jobs),
     )
 
 
@@ -1359,10 +1592,19 @@ def lcc_squared_distances(
         n_parties=n_parties,
     )
     setup.survivors(dropped)
+    n_samples = sum(a.shape[0] for a in arrays)
+    check_dense_memory(
+        n_samples,
+        n_samples,
+        n_copies=1.0 + setup.decoding_bytes(n_samples) / (8.0 * n_samples * n_samples),
+        what="the decoded distance matrix D and the parties' encoded rows",
+        advice="Compute the distances of fewer rows (e.g. a random subsample).",
+    )
     bounds = np.cumsum([0] + [a.shape[0] for a in arrays])
     rows = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     federation = Federation(np.vstack(arrays), rows)
-    federation.spawn_seeds(check_random_state(random_state))
+    random_state = check_random_state(random_state)
+    federation.spawn_seeds(random_state)
     if n_jobs is None:
         # the clients' steps are numpy on whole arrays: threads, as many as the
         # block stage uses, run them side by side without copying the data
@@ -1372,20 +1614,14 @@ def lcc_squared_distances(
         context, workers = contextlib.nullcontext(), n_jobs
     with context:
         runtime = InProcessRuntime(
-            federation, n_parties=setup.m, n_jobs=workers, name="lcc_squared_distances"
+            federation,
+            n_parties=setup.m,
+            n_jobs=workers,
+            name="lcc_squared_distances",
+            private_entropy=private_entropy(random_state),
         )
-        scale = agree_scale(runtime, setup, precision, max_abs=lcc_join(runtime))
-        distances = lcc_exchange(runtime, setup, scale.precision, rows, dropped=dropped)
-        runtime.stage("server: streamed Lagrange decoding and lift to the reals")
-        D = runtime.server(
-            lcc_decode_step,
-            distances,
-            n_segments=setup.l,
-            n_colluders=setup.t,
-            p=setup.p,
-            precision=scale.precision,
-            n_jobs=n_jobs,
-        )
+        scale = agree_scale(runtime, setup, precision)
+        D = lcc_exchange(runtime, setup, scale.precision, rows, dropped=dropped, n_jobs=workers)
     return D, runtime.ledger
 
 
