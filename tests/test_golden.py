@@ -121,7 +121,8 @@ EXPECTED_CHANGES: dict[tuple[str, str], str] = {
     ("OmniFCClustering", "communication_"): (
         "OmniFC on the runtime: a common offset by secure aggregation first (pairwise masks as "
         "set-up, 8d-byte masked sums up and the mean down, one round) and the share exchange "
-        "and the upload as the paper's two rounds: rounds 3 (+1 set-up), was 1"
+        "and the upload as the paper's two rounds: rounds 3, was 1; the bounds on |x| and "
+        "around the offset are counted set-up messages (24 bytes per client, 2 set-up rounds)"
     ),
 }
 
