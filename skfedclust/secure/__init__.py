@@ -19,6 +19,14 @@ scales of FedSC with perturbed data or factors (:func:`data_noise_scale`,
 :func:`factor_noise_scales`, :func:`relative_noise_scale`).
 """
 
+from ._accounting import (
+    NEIGHBOURING_RELATIONS,
+    BudgetError,
+    PrivacyAccountant,
+    Release,
+    gaussian_epsilon,
+    gaussian_sigma,
+)
 from ._dp import (
     FactorNoiseScales,
     add_gaussian_noise,
@@ -60,6 +68,12 @@ from ._secure_sum import (
 )
 
 __all__ = [
+    "BudgetError",
+    "NEIGHBOURING_RELATIONS",
+    "PrivacyAccountant",
+    "Release",
+    "gaussian_epsilon",
+    "gaussian_sigma",
     "DEFAULT_PRIME",
     "MERSENNE_127",
     "SecureAggregator",
