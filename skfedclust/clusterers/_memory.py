@@ -4,13 +4,16 @@ Methods that build an ``n x n`` matrix (a distance matrix, an affinity, a
 Gram matrix) need ``8 n**2`` bytes per copy: 800 MB at ``n = 10_000``, 39 GB
 at ``n = 70_000``. Running out of memory half-way through a protocol is slow
 and, on Linux, often ends with the process killed rather than a Python error.
-:func:`check_dense_memory` compares the estimated peak with the memory the
-system reports as available and raises a clear error instead.
+:func:`check_dense_memory` compares the estimated peak with the memory
+available to the process (the system's free memory, the process's resource
+limits and its control group's limit, whichever is smallest) and raises a
+clear error instead.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -38,10 +41,19 @@ def available_memory():
     """Bytes of memory available to new allocations, or None if unknown.
 
     The environment variable ``SKFEDCLUST_AVAILABLE_MEMORY`` (an integer
-    number of bytes) takes precedence. On Linux the kernel's ``MemAvailable``
-    estimate is read from ``/proc/meminfo`` (it counts reclaimable caches,
-    unlike the free pages); elsewhere the free physical pages reported by
-    ``os.sysconf`` are used.
+    number of bytes) takes precedence. Otherwise the smallest of the limits
+    that apply to this process:
+
+    * the system's free memory: on Linux the kernel's ``MemAvailable``
+      estimate from ``/proc/meminfo`` (it counts reclaimable caches, unlike
+      the free pages); elsewhere the free physical pages of ``os.sysconf``;
+    * the address-space and data-segment limits (``ulimit -v``, ``ulimit
+      -d``: ``RLIMIT_AS``, ``RLIMIT_DATA``) less what the process already
+      maps;
+    * the memory limit of the process's control group and of each group
+      above it (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``,
+      as set by containers and batch schedulers) less its usage, not
+      counting the reclaimable inactive file cache.
 
     Returns
     -------
@@ -56,9 +68,15 @@ def available_memory():
             raise ValueError(
                 f"{AVAILABLE_MEMORY_ENV} must be an integer number of bytes, got {override!r}"
             ) from None
-    from_proc = _meminfo_available()
-    if from_proc is not None:
-        return from_proc
+    system = _meminfo_available()
+    if system is None:
+        system = _free_physical_pages()
+    limits = [system, _rlimit_available(), _cgroup_available()]
+    known = [n for n in limits if n is not None]
+    return max(min(known), 0) if known else None
+
+
+def _free_physical_pages():
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, OSError, ValueError):
@@ -66,12 +84,177 @@ def available_memory():
 
 
 def _meminfo_available(path="/proc/meminfo"):
+    return _read_kb_field(path, "MemAvailable:")
+
+
+def _read_kb_field(path, key):
+    """A ``key: value kB`` field of a ``/proc`` status file, in bytes."""
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024  # the kernel reports kB
     except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# (resource limit, field of /proc/self/status with the usage it caps)
+_RLIMITS = (("RLIMIT_AS", "VmSize:"), ("RLIMIT_DATA", "VmData:"))
+
+
+def _rlimit_available(status="/proc/self/status", getrlimit=None):
+    """Headroom under the soft address-space and data limits, or None if unlimited.
+
+    An allocation beyond it fails in ``malloc``/``mmap`` (numpy's
+    ``MemoryError``) whatever the free memory of the system.
+    """
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    getrlimit = getrlimit or resource.getrlimit
+    headroom = []
+    for name, field in _RLIMITS:
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            soft, _ = getrlimit(which)
+        except (OSError, ValueError):
+            continue
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        used = _read_kb_field(status, field)
+        headroom.append(soft - (used or 0))
+    return min(headroom) if headroom else None
+
+
+# A v1 limit this large means "no limit" (the kernel reports about 2**63 rounded to pages).
+_UNLIMITED = 2**60
+
+# (cgroup version, limit file, usage file, memory.stat key of the reclaimable file cache)
+_CGROUP_FILES = {
+    2: ("memory.max", "memory.current", "inactive_file"),
+    1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+}
+
+
+def _cgroup_available(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo"):
+    """Smallest headroom under the memory limits of the process's cgroups, or None.
+
+    The group's own limit and those of its ancestors all apply, so the whole
+    path up to the mount point is read.
+    """
+    paths = _cgroup_paths(cgroup)
+    headroom = []
+    for version, mount_point, root in _cgroup_mounts(mountinfo):
+        path = paths.get(version)
+        if path is None:
+            continue
+        limit_file, usage_file, cache_key = _CGROUP_FILES[version]
+        for directory in _cgroup_directories(mount_point, root, path):
+            limit = _read_int(os.path.join(directory, limit_file))
+            if limit is None or limit >= _UNLIMITED:
+                continue
+            usage = _read_int(os.path.join(directory, usage_file)) or 0
+            cache = _read_stat(os.path.join(directory, "memory.stat"), cache_key) or 0
+            headroom.append(limit - max(usage - cache, 0))
+    return min(headroom) if headroom else None
+
+
+def _cgroup_paths(path):
+    """``{2: path}`` of the unified hierarchy and ``{1: path}`` of the v1 memory controller."""
+    paths = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3:
+                    continue
+                _, controllers, group = parts
+                if controllers == "":
+                    paths[2] = group
+                elif "memory" in controllers.split(","):
+                    paths[1] = group
+    except OSError:
+        return {}
+    return paths
+
+
+def _cgroup_mounts(path):
+    """``(version, mount point, root)`` of the cgroup2 and v1 memory mounts."""
+    mounts = []
+    try:
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if "-" not in fields:
+                    continue
+                sep = fields.index("-")
+                if len(fields) < sep + 3 or len(fields) < 5:
+                    continue
+                fstype, options = fields[sep + 1], fields[sep + 3].split(",")
+                root, mount_point = _unescape(fields[3]), _unescape(fields[4])
+                if fstype == "cgroup2":
+                    mounts.append((2, mount_point, root))
+                elif fstype == "cgroup" and "memory" in options:
+                    mounts.append((1, mount_point, root))
+    except OSError:
+        return []
+    return mounts
+
+
+def _unescape(field):
+    # mountinfo escapes blanks and backslashes as octal: "\040" is a space.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _cgroup_directories(mount_point, root, group):
+    """The group's directory under the mount and its ancestors up to the mount point.
+
+    In a cgroup namespace (containers) the mount shows the group itself while
+    ``/proc/self/cgroup`` may name a path that does not exist under it; the
+    mount point then stands for the group.
+    """
+    relative = group
+    if root not in ("", "/") and (group == root or group.startswith(root.rstrip("/") + "/")):
+        relative = group[len(root.rstrip("/")) :]
+    leaf = os.path.normpath(os.path.join(mount_point, relative.lstrip("/")))
+    if not os.path.isdir(leaf):
+        leaf = mount_point
+    directories = [leaf]
+    while os.path.normpath(leaf) != os.path.normpath(mount_point):
+        parent = os.path.dirname(leaf)
+        if parent == leaf:
+            break
+        leaf = parent
+        directories.append(leaf)
+    return directories
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return _UNLIMITED
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _read_stat(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
         return None
     return None
 
