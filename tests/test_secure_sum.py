@@ -253,3 +253,15 @@ def test_agree_bound_is_a_power_of_two_above_every_clients_largest_entry():
     assert np.log2(bound) == int(np.log2(bound))
     # What the server learned is a histogram of exponents (one count per client).
     assert runtime.ledger.report()["rounds"] == 2
+
+
+@pytest.mark.parametrize("clients", [None, [3]])
+def test_a_sum_over_one_client_is_that_clients_vector(clients):
+    # One client alone (or the only participant): no neighbour holds a share
+    # of a self mask, so none is added; the sum is its vector, as it must be.
+    X, rows, runtime = _runtime(n_clients=1 if clients is None else 6)
+    total, survivors = SecureAggregator(runtime, seed=0).sum(
+        counts_only, tag="counts", clients=clients
+    )
+    np.testing.assert_array_equal(total, [len(rows[3 if clients else 0]), 1])
+    assert survivors == (clients or [0])

@@ -327,9 +327,12 @@ def secure_sum_upload_step(
             masked += mask
         else:
             masked -= mask
-    self_seed = int.from_bytes(party.rng.bytes(16), "little") >> (128 - _SEED_BITS)
-    masked += _self_mask(self_seed, n)
     mine = [j for j in neighbours[me] if j in active]
+    self_seed = int.from_bytes(party.rng.bytes(16), "little") >> (128 - _SEED_BITS)
+    # With no participating neighbour nobody holds a share of the self mask, so
+    # the server could never remove it; such a vector is the sum's only term.
+    if mine:
+        masked += _self_mask(self_seed, n)
     shares = (
         shamir_split(self_seed, len(mine), min(threshold, len(mine)), party.rng) if mine else []
     )
