@@ -15,9 +15,13 @@ runs the whole pipeline federated.
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Options
+from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .federation import (
@@ -146,8 +150,14 @@ class _FederatedTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimato
         """
         check_is_fitted(self)
         if input_form(X) == "clients":
-            return [self._scale(validate_data(self, Xi, reset=False)) for Xi in X]
-        return self._scale(validate_data(self, X, reset=False))
+            return [self._transform_one(Xi) for Xi in X]
+        return self._transform_one(X)
+
+    def _transform_one(self, X):
+        # The container chosen with set_output (pandas, polars) is made per
+        # client, with that client's index.
+        scaled = self._scale(validate_data(self, X, reset=False))
+        return _wrap_data_with_container("transform", scaled, X, self)
 
     def fit_transform(self, X, y=None, client_ids=None):
         """Fit, then transform ``X`` (same form as given).
@@ -171,6 +181,40 @@ class _FederatedTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimato
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+
+# scikit-learn's set_output wraps the whole result of transform in one
+# container, which fails on a list of clients; transform wraps each client's
+# result itself, so the methods are kept unwrapped.
+for _name in ("transform", "fit_transform"):
+    _method = _FederatedTransformer.__dict__[_name]
+    setattr(_FederatedTransformer, _name, getattr(_method, "__wrapped__", _method))
+del _name, _method
+
+
+class _FeatureRange(Options):
+    """A ``(min, max)`` tuple of finite real numbers with ``min < max``.
+
+    An :class:`~sklearn.utils._param_validation.Options` only in form (the
+    kinds of constraint scikit-learn's validation accepts are fixed): the
+    valid tuples are not a finite set.
+    """
+
+    def __init__(self):
+        super().__init__(tuple, set())
+
+    def is_satisfied_by(self, val):
+        if not (isinstance(val, tuple) and len(val) == 2):
+            return False
+        if not all(isinstance(v, Real) and not isinstance(v, bool) for v in val):
+            return False
+        low, high = float(val[0]), float(val[1])
+        with np.errstate(over="ignore"):
+            # a span that overflows would scale every feature to inf
+            return bool(np.isfinite(high - low) and low < high)
+
+    def __str__(self):
+        return "a tuple (min, max) of two finite real numbers with min < max"
 
 
 class FederatedStandardScaler(_FederatedTransformer):
@@ -304,7 +348,8 @@ class FederatedMinMaxScaler(_FederatedTransformer):
     Parameters
     ----------
     feature_range : tuple (min, max), default=(0, 1)
-        Desired range of the transformed data.
+        Desired range of the transformed data: two finite real numbers with
+        ``min < max``.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X`` without ``client_ids``.
     n_jobs : int, default=None
@@ -335,7 +380,7 @@ class FederatedMinMaxScaler(_FederatedTransformer):
 
     _parameter_constraints: dict = {
         **_FederatedTransformer._parameter_constraints,
-        "feature_range": [tuple],
+        "feature_range": [_FeatureRange()],
     }
 
     def __init__(
@@ -348,9 +393,7 @@ class FederatedMinMaxScaler(_FederatedTransformer):
         self.verbose = verbose
 
     def _protocol(self, runtime):
-        low, high = self.feature_range
-        if not low < high:
-            raise ValueError(f"feature_range must be (min, max) with min < max, got {low, high}")
+        low, high = (float(v) for v in self.feature_range)
         runtime.stage("clients: per-feature minimum and maximum")
         ranges = runtime.run(client_range, tag="feature ranges")
         data_min, data_max = runtime.server(combine_ranges, ranges)

@@ -86,3 +86,62 @@ def test_pipeline_with_client_ids_through_metadata_routing():
     assert pipe[0].n_clients_ == 3 and pipe[-1].n_clients_ == 3
     assert adjusted_rand_score(y, pipe[-1].labels_) == 1.0
     np.testing.assert_allclose(pipe[0].mean_, X.mean(axis=0))
+
+
+@pytest.mark.parametrize("Scaler", [FederatedStandardScaler, FederatedMinMaxScaler])
+def test_set_output_pandas_with_a_list_of_client_frames(Scaler):
+    pd = pytest.importorskip("pandas")
+    X, _, clients = _clients()
+    frames = [
+        pd.DataFrame(c, columns=["a", "b", "c"], index=np.arange(len(c)) + 1000 * i)
+        for i, c in enumerate(clients)
+    ]
+    expected = Scaler().fit_transform(clients)
+    scaler = Scaler().set_output(transform="pandas")
+    for out in (scaler.fit_transform(frames), scaler.fit(frames).transform(frames)):
+        assert isinstance(out, list) and len(out) == 3
+        for frame, got, want in zip(frames, out, expected):
+            assert isinstance(got, pd.DataFrame)
+            assert list(got.columns) == ["a", "b", "c"]
+            assert got.index.equals(frame.index)
+            np.testing.assert_allclose(got.to_numpy(), want)
+    # pooled rows: one frame, as with scikit-learn's scalers
+    pooled = scaler.transform(pd.DataFrame(X, columns=["a", "b", "c"]))
+    assert isinstance(pooled, pd.DataFrame)
+    np.testing.assert_allclose(pooled.to_numpy(), np.vstack(expected))
+    # a pipeline set to pandas hands the next step one frame per client
+    pipe = make_pipeline(Scaler(), FeCA(3, random_state=0)).set_output(transform="pandas")
+    assert pipe.fit(frames)[-1].n_clients_ == 3
+
+
+@pytest.mark.parametrize(
+    "feature_range",
+    [
+        ("a", "b"),
+        (0, 1, 2),
+        (0,),
+        (0, np.inf),
+        (-np.inf, 0),
+        (0, np.nan),
+        (1, 0),
+        (1, 1),
+        (-1e308, 1e308),
+        (False, True),
+        [0, 1],
+        None,
+    ],
+)
+def test_min_max_scaler_rejects_an_invalid_feature_range(feature_range):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, _, clients = _clients()
+    with pytest.raises(InvalidParameterError, match="'feature_range' parameter .* finite real"):
+        FederatedMinMaxScaler(feature_range=feature_range).fit(clients)
+
+
+def test_min_max_scaler_accepts_numpy_and_negative_ranges():
+    X, _, clients = _clients()
+    for feature_range in [(np.float64(-2.5), np.int64(3)), (-1, 1), (1e-3, 2e-3)]:
+        out = np.vstack(FederatedMinMaxScaler(feature_range=feature_range).fit_transform(clients))
+        ref = MinMaxScaler(feature_range=feature_range).fit_transform(X)
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-15)
