@@ -1,6 +1,8 @@
 """Tests of OmniFCClustering."""
 
+import copy
 import logging
+import pickle
 import tracemalloc
 import warnings
 
@@ -20,6 +22,7 @@ from sklearn.preprocessing import StandardScaler, normalize
 from skfedclust import OmniFCClustering
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
+from skfedclust.federation import use_runtime
 from skfedclust.methods._omnifc import PEAK_COPIES
 from skfedclust.metrics import kappa
 from skfedclust.partition import IIDPartition, NonIIDLevelPartition
@@ -30,7 +33,7 @@ from skfedclust.secure import (
     max_safe_precision,
     quantize,
 )
-from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
+from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 
 @pytest.fixture(scope="module")
@@ -803,3 +806,71 @@ def test_memory_guard_counts_the_parties_shares(monkeypatch):
     with pytest.raises(MemoryError, match="n=120 rows need about"):
         OmniFCClustering(3, clusterer="kmedoids").fit(X)
     OmniFCClustering(3, clusterer="kmedoids").fit(X[:, :2])
+
+
+# --------------------------------------------------------------------------- #
+# Nothing secret in the model; private randomness
+# --------------------------------------------------------------------------- #
+def _shares_of(runtime):
+    """Every party's encoded rows (its shares of every training row)."""
+    return [state["encoded rows"] for state in runtime.private_states()]
+
+
+def test_a_pickled_model_holds_no_share_and_cannot_predict(blobs):
+    X, _ = blobs
+    with recording_runtime() as runtimes:
+        est = OmniFCClustering(3, clusterer="kmedoids", random_state=0).fit(X)
+    shares = _shares_of(runtimes[-1])
+    assert len(shares) == 7 and all(z.shape == (120, 1) for z in shares)
+    blob = pickle.dumps(est)
+    for z in shares:
+        # no party's shares, nor any run of 8 of its rows, are in the pickle
+        assert z.tobytes() not in blob
+        for start in range(0, 120, 8):
+            assert z[start : start + 8].tobytes() not in blob
+    # the fitted attributes hold no share either (only public values and D)
+    for value in vars(est).values():
+        if isinstance(value, np.ndarray) and value.dtype == np.uint32:
+            assert not any(np.array_equal(value, z) for z in shares)
+    # in the fitting session predict works; an unpickled or copied model keeps
+    # what derives from D and refuses predict, naming what it still has
+    assert np.array_equal(est.predict(X[:10]), est.labels_[:10])
+    for other in (pickle.loads(blob), copy.deepcopy(est)):
+        assert np.array_equal(other.labels_, est.labels_)
+        assert np.array_equal(other.dissimilarity_matrix_, est.dissimilarity_matrix_)
+        with pytest.raises(RuntimeError, match="unpickled or copied.*labels_, dissim"):
+            other.predict(X[:10])
+
+
+def test_same_random_state_same_fit_other_private_entropy_other_shares(blobs):
+    X, _ = blobs
+
+    def fit(**runtime_kwargs):
+        def factory(federation, **kwargs):
+            return RecordingRuntime(federation, **{**kwargs, **runtime_kwargs})
+
+        with use_runtime(factory):
+            RecordingRuntime.instances = []
+            est = OmniFCClustering(3, clusterer="kmeans", random_state=0).fit(X)
+        return est, _shares_of(RecordingRuntime.instances[-1])
+
+    first, shares = fit()
+    again, shares_again = fit()
+    other, other_shares = fit(private_entropy=[12345])
+    # reproducible: the private streams derive from random_state in a simulation
+    assert all(np.array_equal(a, b) for a, b in zip(shares, shares_again))
+    assert np.array_equal(first.labels_, again.labels_)
+    # other private entropy: other noise, the same exact D, hence the same labels
+    assert not any(np.array_equal(a, b) for a, b in zip(shares, other_shares))
+    for est in (again, other):
+        assert np.array_equal(est.dissimilarity_matrix_, first.dissimilarity_matrix_)
+        assert np.array_equal(est.labels_, first.labels_)
+        assert est.communication_["bytes_total"] == first.communication_["bytes_total"]
+
+
+def test_default_spectral_with_one_cluster_per_row():
+    X, _ = make_blobs(14, centers=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        est = OmniFCClustering(14, random_state=0).fit(X)
+    assert sorted(est.labels_) == list(range(14))

@@ -354,6 +354,11 @@ def _spectral_clusterer(D, params, n_clusters, seed):
         raise ValueError(f"n_neighbors must be a positive int or None, got {n_neighbors!r}")
     affinity = spectral_affinity(D, distinct.rows, gamma=gamma, n_neighbors=n_neighbors)
     _check_affinity_has_edges(affinity, gamma)
+    if sp.issparse(affinity) and n_clusters >= affinity.shape[0]:
+        # ARPACK cannot return as many eigenvectors as vertices of a sparse
+        # graph; scikit-learn falls back to a dense solver only for a dense
+        # affinity, which is small here (no more vertices than clusters)
+        affinity = affinity.toarray()
     params.setdefault("random_state", seed)
     est = SpectralClustering(n_clusters=n_clusters, affinity="precomputed", **params)
     logger.debug(
