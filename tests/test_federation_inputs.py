@@ -1,5 +1,7 @@
 """Input forms of fit, checked once by skfedclust.federation: clear errors for bad input."""
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
@@ -238,3 +240,43 @@ def test_data_beyond_float64_distances_is_refused_clearly(scale, word):
         KFed(3).fit(X * scale)
     # A common offset is not a spread: identical rows far from the origin are fine.
     KFed(1).fit(np.full((10, 2), 1e200))
+
+
+# --------------------------------------------------------------------------- #
+# Containers that are not arrays
+# --------------------------------------------------------------------------- #
+def _client_blocks():
+    X, _ = make_blobs(40, centers=2, random_state=0)
+    return X[:20], X[20:]
+
+
+@pytest.mark.parametrize(
+    "make, what, hint",
+    [
+        (lambda a, b: (c for c in (a, b)), "X is an iterator or generator", r"list\(X\)"),
+        (lambda a, b: iter([a, b]), "X is an iterator or generator", r"list\(X\)"),
+        (lambda a, b: map(np.asarray, [a, b]), "X is an iterator or generator", r"list\(X\)"),
+        (lambda a, b: {"site A": a, "site B": b}, "X is a dict", r"list\(X.values\(\)\)"),
+        (lambda a, b: {1.0, 2.0}, "X is a set", r"list\(X\)"),
+        (lambda a, b: [a, (r for r in b)], r"X\[1\] is an iterator", r"list\(X\[1\]\)"),
+        (lambda a, b: [a, dict(enumerate(b))], r"X\[1\] is a dict", r"X\[1\].values"),
+        (lambda a, b: [[a[:, :1], {"x": a[:, 1:]}]], r"X\[0\]\[1\] is a dict", "values"),
+    ],
+)
+def test_generators_dicts_and_sets_get_a_type_error_naming_the_forms(make, what, hint):
+    a, b = _client_blocks()
+    with pytest.raises(TypeError, match=what) as info:
+        KFed(2).fit(make(a, b))
+    message = str(info.value)
+    assert "a list of 2-D client arrays" in message and "pooled rows" in message
+    assert "float()" not in message
+    assert re.search(hint, message), message
+
+
+def test_the_forms_that_work_after_the_hint():
+    a, b = _client_blocks()
+    ref = KFed(2, random_state=0).fit([a, b])
+    by_values = KFed(2, random_state=0).fit(list({"site A": a, "site B": b}.values()))
+    by_list = KFed(2, random_state=0).fit(list(c for c in (a, b)))
+    np.testing.assert_array_equal(by_values.labels_, ref.labels_)
+    np.testing.assert_array_equal(by_list.labels_, ref.labels_)

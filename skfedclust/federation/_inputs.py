@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+from collections.abc import Iterator, Mapping, Set
 
 import numpy as np
 import scipy.sparse as sp
@@ -70,16 +71,48 @@ def _nesting_depth(obj):
     return 0
 
 
+def _refuse_unordered_or_one_pass(obj, what):
+    """TypeError for containers numpy would turn into a 0-d object array.
+
+    A dict, a set or a generator is not an array: ``np.asarray`` wraps it in a
+    scalar, and the float conversion then fails with a message that names
+    neither the input nor what to pass instead.
+    """
+    if isinstance(obj, Mapping):
+        hint = f"Pass list({what}.values()) for one client per entry (the keys are not used)."
+        kind = "a dict"
+    elif isinstance(obj, (Set, Iterator)):
+        # A set has no order; an iterator can be read once, but fit reads
+        # the clients more than once (validation, then the protocol).
+        hint = f"Pass list({what}) instead."
+        kind = "a set" if isinstance(obj, Set) else "an iterator or generator"
+    else:
+        return
+    raise TypeError(
+        f"{what} is {kind} ({type(obj).__name__}), not an array; fit takes {INPUT_FORMS}. {hint}"
+    )
+
+
 def input_form(X):
     """Classify ``X`` as ``"pooled"``, ``"clients"`` or ``"grid"``.
 
     A list whose elements are Python lists of numbers (``X.tolist()``) is a
     plain 2-D input, as scikit-learn's checks expect; a list of 2-D arrays is
     a list of clients; a list of lists of 2-D arrays is a grid of row groups x
-    feature blocks. Anything else raises a ``ValueError`` naming the forms.
+    feature blocks. A dict, set or generator (of clients or of rows) raises a
+    ``TypeError`` and anything else ambiguous a ``ValueError``, both naming
+    the forms.
     """
+    _refuse_unordered_or_one_pass(X, "X")
     if not isinstance(X, (list, tuple)) or len(X) == 0:
         return "pooled"
+    for i, element in enumerate(X):
+        if not isinstance(element, (list, tuple)):
+            _refuse_unordered_or_one_pass(element, f"X[{i}]")
+        elif element and not isinstance(element[0], numbers.Number):
+            # a row group of a grid (the rows of X.tolist() hold numbers)
+            for j, block in enumerate(element):
+                _refuse_unordered_or_one_pass(block, f"X[{i}][{j}]")
     # The deepest element decides, so that an empty first row group of a grid
     # ([[], [A, B]]) is still read as a grid (and refused clearly).
     first = max(X, key=_nesting_depth)
