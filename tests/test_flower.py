@@ -1274,3 +1274,84 @@ def test_node_policy_fields_are_checked():
     policy.check_step("skfedclust.methods._centroid_steps:label_by_nearest_center")
     with pytest.raises(PermissionError, match="belongs to none of them"):
         policy.check_step("skfedclust.methods._ffcm:ffcm_seed_centers")
+
+
+# --------------------------------------------------------------------------- #
+# OmniFC: share-holding nodes without data, streamed encoded distances
+# --------------------------------------------------------------------------- #
+def test_omnifc_over_flower_with_data_less_share_holders():
+    from skfedclust import OmniFCClustering
+
+    clients = _clients()
+    reference = OmniFCClustering(4, n_parties=7, random_state=0).fit(clients)
+    # parties 4..6 are nodes whose loader returns None: they hold shares, no rows
+    estimator, memory, _ = _local_fit(
+        OmniFCClustering(4, n_parties=7, random_state=0), clients + [None] * 3
+    )
+    np.testing.assert_array_equal(memory.rows("labels", 4), reference.labels_)
+    _assert_same_communication(estimator.communication_, reference.communication_)
+    np.testing.assert_array_equal(estimator.dissimilarity_matrix_, reference.dissimilarity_matrix_)
+    assert not hasattr(estimator, "labels_") and estimator.n_parties_ == 7
+    # the nodes dropped their shares at the end of the fit: predict is refused clearly
+    with pytest.raises(RuntimeError, match="deployed federation whose nodes keep nothing"):
+        estimator.predict(np.vstack(clients))
+
+
+def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, monkeypatch):
+    from flwr.simulation import run_simulation
+
+    from skfedclust import OmniFCClustering
+    from skfedclust.secure import _lcc
+
+    clients = _clients()
+    blocks = clients + [None] * 3
+
+    def load(node_config):
+        # a closure travels by value to the simulation's workers
+        return blocks[int(node_config["partition-id"])]
+
+    client_app = make_client_app(
+        load, save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy"))
+    )
+    # what the server receives of the encoded distances, per fit
+    uploads = []
+    decode = _lcc.lcc_decode_tiles_step
+
+    def recording_decode(received, **kwargs):
+        uploads.append(received[4][0].copy())
+        return decode(received, **kwargs)
+
+    monkeypatch.setattr(_lcc, "lcc_decode_tiles_step", recording_decode)
+    results = []
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid, context):
+        for _ in range(2):
+            estimator = OmniFCClustering(4, n_parties=7, random_state=0)
+            fit_on_flower(estimator, grid, n_nodes=7, timeout=120)
+            labels = np.concatenate([np.load(tmp_path / f"labels_{i}.npy") for i in range(4)])
+            results.append((estimator, labels, len(uploads)))
+
+    run_simulation(
+        server_app,
+        client_app,
+        num_supernodes=7,
+        backend_config={
+            "client_resources": {"num_cpus": 1},
+            "init_args": {"num_cpus": 2, "include_dashboard": False},
+        },
+    )
+    monkeypatch.setattr(_lcc, "lcc_decode_tiles_step", decode)
+    reference = OmniFCClustering(4, n_parties=7, random_state=0).fit(clients)
+    assert len(results) == 2
+    for estimator, labels, _ in results:
+        np.testing.assert_array_equal(labels, reference.labels_)
+        _assert_same_communication(estimator.communication_, reference.communication_)
+        np.testing.assert_array_equal(
+            estimator.dissimilarity_matrix_, reference.dissimilarity_matrix_
+        )
+    # one random_state, two fits: the nodes drew their noise from the operating
+    # system, so a data-less party's encoded distances differ, and D does not
+    first, second = uploads[0], uploads[results[0][2]]
+    assert first.shape == second.shape and not np.array_equal(first, second)
