@@ -280,3 +280,12 @@ def test_the_forms_that_work_after_the_hint():
     by_list = KFed(2, random_state=0).fit(list(c for c in (a, b)))
     np.testing.assert_array_equal(by_values.labels_, ref.labels_)
     np.testing.assert_array_equal(by_list.labels_, ref.labels_)
+
+
+def test_sparse_matrices_that_are_dicts_are_still_arrays():
+    # scipy's dok_matrix subclasses dict: it is refused as sparse, not as a dict.
+    sparse = pytest.importorskip("scipy.sparse")
+    a, _ = _client_blocks()
+    with pytest.raises(TypeError, match="[Ss]parse") as info:
+        KFed(2).fit(sparse.dok_matrix(a))
+    assert "is a dict" not in str(info.value)

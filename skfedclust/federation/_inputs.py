@@ -78,6 +78,8 @@ def _refuse_unordered_or_one_pass(obj, what):
     scalar, and the float conversion then fails with a message that names
     neither the input nor what to pass instead.
     """
+    if _is_array_object(obj):  # scipy's dok_matrix is a dict, and still an array
+        return
     if isinstance(obj, Mapping):
         hint = f"Pass list({what}.values()) for one client per entry (the keys are not used)."
         kind = "a dict"
