@@ -10,6 +10,7 @@ estimator side by side, written against the protocol runtime of
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._dc import DCClustering
 from ._feca import FeCA, feca_aggregate
+from ._fedkmeans import FederatedKMeans
 from ._fedsc import FedSpectralClustering
 from ._ffcm import FederatedFuzzyCMeans
 from ._gold import GOLDClustering
@@ -25,6 +26,7 @@ __all__ = [
     "FeCA",
     "FedSpectralClustering",
     "FederatedFuzzyCMeans",
+    "FederatedKMeans",
     "GOLDClustering",
     "KFed",
     "KumarFederatedKMeans",
