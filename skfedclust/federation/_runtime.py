@@ -411,8 +411,12 @@ class Runtime:
         The one place a party's output leaves it. The in-process runtime plays
         every party's user and returns the outputs in the order of the input
         rows; a deployed runtime returns ``None``: each node hands its own
-        output to its own user (writes it). Protocols never call this; the
-        estimator base class calls it once, for ``"labels"``.
+        output to its own user (writes it). The estimator base class calls it
+        once, for ``"labels"``. A protocol may call it only for public
+        metadata its user sets before the protocol and that a deployment
+        agrees otherwise when it gets ``None`` (OmniFC's row numbering: the
+        order of the user's input rows, else client by client); never for
+        anything a server step could not know.
         """
         raise NotImplementedError
 

@@ -554,12 +554,16 @@ class OmniFCClustering(BaseFederatedClustering):
     rows; the server learns the mean, ``D`` and the per-segment distances
     (see the User Guide).
 
-    Rounds (``communication_``): the pairwise masks are a set-up exchange
-    between the clients (``setup_rounds = 1``); then three rounds: the masked
-    sums up and the mean down (the common offset, a round of its own because
-    the precision and the quantization depend on it), the share exchange,
-    and the encoded distances up with the labels down. The last two are the
-    paper's two rounds.
+    Rounds (``communication_``): two set-up exchanges of public metadata
+    (the pairwise masks between the clients with each client's bound on
+    ``|x|``; later each client's bounds around the offset, from which the
+    precision is chosen: ``setup_rounds = 2``); then three rounds: the
+    masked sums up and the mean down (the common offset, a round of its own
+    because the precision and the quantization depend on it), the share
+    exchange, and the encoded distances up, as tiles the server asks for in
+    a few exchanges and decodes one exchange at a time, with the labels
+    down. The last two are the paper's two rounds. No share reaches the
+    server or the fitted estimator.
 
     Read more in the :ref:`User Guide <omnifc>`.
 
@@ -658,7 +662,8 @@ class OmniFCClustering(BaseFederatedClustering):
     communication_ : dict
         Rounds and bytes exchanged (see :class:`~skfedclust.Ledger`). Set-up:
         one mask of ``8 d`` bytes from every data client to every later one
-        (peer bytes). Round 1: every data client's masked sums up and the
+        (peer bytes), and 24 bytes of bounds up from every data client (one
+        float64, then two). Round 1: every data client's masked sums up and the
         mean down (``8 d`` bytes each). Round 2: the shares, ``4 n_i w``
         bytes from client ``i`` to each other party (``w = ceil(d / l)``; peer
         bytes). Round 3: ``4 n (n - 1) / 2`` bytes of encoded distances up
@@ -672,11 +677,11 @@ class OmniFCClustering(BaseFederatedClustering):
 
     Notes
     -----
-    ``predict`` runs the same LCC round for the new rows (a querying party
-    shares them; the parties keep their shares of the training rows), as a
-    direct computation with the same encoding, party blocks and decoder
-    rather than on the runtime (nothing is counted in ``communication_``),
-    and then assigns: nearest medoid for ``"kmedoids"``; nearest centroid in the
+    ``predict`` runs the same LCC round for the new rows as a second
+    protocol with the parties of the fit (a querying party shares them with
+    fresh private noise; the parties answer from the shares of the training
+    rows they kept; nothing is added to ``communication_``), and then
+    assigns: nearest medoid for ``"kmedoids"``; nearest centroid in the
     D-feature space for ``"kmeans"``, ``"fcm"`` and ``"nmf"`` (the mean
     feature row of each cluster for NMF); a distance-weighted vote of the 5
     nearest training rows for ``"spectral"``, ``"dbscan"``,
@@ -700,8 +705,15 @@ class OmniFCClustering(BaseFederatedClustering):
     protocol stages, ``verbose=2`` also one line per block of the long
     server stages (the decoding of ``D``, the spectral step).
 
-    The noise is drawn with numpy's PCG64, which is fine for a simulation but
-    is not a cryptographic generator.
+    The parties keep their shares: a fitted estimator references them through
+    a session of the parties (in the process that fitted, in-process only)
+    that is never pickled or copied. An unpickled or copied model, or one
+    fitted on Flower, keeps ``labels_``, ``dissimilarity_matrix_``,
+    ``clusterer_`` and what derives from ``D``, and refuses ``predict``.
+
+    Masks and noise come from each party's private generator (numpy's PCG64,
+    fine for a simulation but not a cryptographic generator); ``D`` is exact
+    and does not depend on them.
 
     References
     ----------

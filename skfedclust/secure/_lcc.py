@@ -1501,9 +1501,11 @@ def lcc_squared_distances(
     (information-theoretic), however they pool their shares.
 
     The protocol runs on an :class:`~skfedclust.federation.InProcessRuntime`:
-    a set-up exchange (the pairwise masks) and three rounds (the masked sums
-    up and the mean down; the shares between parties; the encoded distances
-    up).
+    two set-up exchanges (the pairwise masks with the bounds on ``|x|``; the
+    bounds around the offset) and three rounds (the masked sums up and the
+    mean down; the shares between parties; the encoded distances up, as tiles
+    in a few exchanges). The memory ``D`` and the parties' shares need is
+    checked before any round.
 
     Read more in the :ref:`User Guide <omnifc>`.
 
@@ -1579,7 +1581,7 @@ def lcc_squared_distances(
     True
     >>> report = ledger.report()
     >>> report["setup_rounds"], report["rounds"]
-    (1, 3)
+    (2, 3)
     """
     arrays = _check_clients(clients)
     n_features = arrays[0].shape[1]
