@@ -126,7 +126,7 @@ def test_signature_is_the_documented_one():
 def test_fitted_attributes(iris_fit, iris_clients):
     est, _ = iris_fit
     n, d = 150, est.n_components_
-    assert est.n_clients_ == 8 and est.n_iter_ == 20 and est.n_neighbors_ == 6
+    assert est.n_clients_ == 8 and est.n_iter_ == 20 and est.n_neighbors_ == 15
     assert est.dictionary_.shape == (d, 4) and est.coef_.shape == (n, d)
     assert sparse.issparse(est.affinity_matrix_) and est.affinity_matrix_.shape == (n, n)
     assert est.objective_history_.shape == (20,)
@@ -214,10 +214,11 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
         np.testing.assert_allclose(C_p, solve_coefficients(X_p, Z, bandwidth=r, lam=1e-2))
     C = np.hstack(C_sent)
     np.testing.assert_array_equal(est.coef_, C.T)  # list input: input order = stacking
-    # Stage II: min-max scaled kNN graph of C^T K(Z, Z) C, ceil(ln 150) = 6 neighbours, NJW.
+    # Stage II: min-max scaled kNN graph of C^T K(Z, Z) C, max(15, ceil(ln 150)) = 15
+    # neighbours, NJW.
     K_hat = C.T @ gaussian_kernel(Z, bandwidth=r) @ C
     K_hat = (K_hat - K_hat.min()) / (K_hat.max() - K_hat.min())
-    kept = np.argsort(-K_hat, axis=1, kind="stable")[:, :6]
+    kept = np.argsort(-K_hat, axis=1, kind="stable")[:, :15]
     S_knn = np.zeros_like(K_hat)
     np.put_along_axis(S_knn, kept, np.take_along_axis(K_hat, kept, 1), 1)
     np.testing.assert_allclose(est.affinity_matrix_.toarray(), np.maximum(S_knn, S_knn.T))
@@ -234,7 +235,7 @@ def test_iris_with_the_papers_pooled_settings():
     accs, nmis = [], []
     for seed in range(3):
         est = FedSpectralClustering(
-            3, bandwidth="pooled", n_components="pooled", random_state=seed
+            3, bandwidth="pooled", n_components="pooled", n_neighbors="log", random_state=seed
         ).fit(X)
         assert est.bandwidth_ == pytest.approx(2.5277, abs=1e-4)
         assert est.n_components_ == 7 and est.n_neighbors_ == 6
@@ -268,6 +269,17 @@ def test_iris_kernel_reconstruction_and_objective(iris_fit, iris_clients):
     assert est.objective_history_[-1] / 150 < 0.015
     assert est.objective_history_[0] / est.objective_history_[-1] > 5
     assert clustering_accuracy(iris_clients[1], est.labels_) >= 0.88
+
+
+def test_neighbour_counts_the_default_the_papers_rule_and_small_data():
+    X = load_iris().data
+    kw = dict(n_rounds=1, kmeans_n_init=1, random_state=0)
+    assert FedSpectralClustering(3, **kw).fit(X).n_neighbors_ == 15
+    assert FedSpectralClustering(3, n_neighbors="log", **kw).fit(X).n_neighbors_ == 6
+    assert FedSpectralClustering(3, n_neighbors=4, **kw).fit(X).n_neighbors_ == 4
+    # Fewer samples than the default's 15: every sample is a neighbour.
+    est = FedSpectralClustering(2, n_components=3, **kw).fit([X[:4], X[50:52], X[100:102]])
+    assert est.n_neighbors_ == 8
 
 
 def test_concentric_circles_are_separated():
