@@ -22,7 +22,7 @@ from sklearn.datasets import make_blobs
 pytest.importorskip("flwr")
 pytest.importorskip("cryptography")
 
-from flwr.app import Array, Context, RecordDict  # noqa: E402
+from flwr.app import Array, Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -973,110 +973,311 @@ def _stop(processes):
             p.wait()
 
 
-@pytest.mark.skipif(
+FLWR_TOOLS = pytest.mark.skipif(
     shutil.which("flower-superlink", path=str(Path(sys.executable).parent)) is None,
     reason="Flower's command-line tools are not installed next to this Python",
 )
-def test_local_deployment_with_flwr_run(tmp_path):
+
+#: The connection block of the guide and of examples/flower_app/RUNNING.md.
+GUIDE_CONNECTION = '[superlink.local-deployment]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+
+
+def _demo_reference(n_nodes, **params):
+    sys.path.insert(0, str(EXAMPLE_APP))
+    try:
+        from skfedclust_app.demo import demo_share
+    finally:
+        sys.path.remove(str(EXAMPLE_APP))
+    blocks = [demo_share(i, n_nodes) for i in range(n_nodes)]
+    return blocks, KFed(n_clusters=3, random_state=0, **params).fit(blocks)
+
+
+def _flwr_env(tmp_path):
     bin_dir = Path(sys.executable).parent
-    superlink_port, *node_ports = _free_ports(4)
     home = tmp_path / "flwr-home"
     home.mkdir()
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "local-deployment"\n\n'
-        "[superlink.local-deployment]\n"
-        f'address = "127.0.0.1:{superlink_port}"\ninsecure = true\n'
-    )
-    env = {
+    return home, {
         **os.environ,
         "FLWR_HOME": str(home),
+        "HOME": str(tmp_path / "home"),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+        # The settings the guide recommends for short rounds.
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     }
-    X, _ = make_blobs(n_samples=300, centers=3, cluster_std=0.8, random_state=0)
-    clients = [X[:80], X[80:200], X[200:]]
+
+
+def _fail_with_logs(message, run, logs):
+    tails = "\n".join(f"--- {p.name}\n" + p.read_text()[-1500:] for p in logs if p.exists())
+    pytest.fail(f"{message}:\n{run.stdout[-2500:]}{run.stderr[-2500:]}\n{tails}")
+
+
+@FLWR_TOOLS
+def test_local_deployment_with_flwr_run(tmp_path):
+    """The commands of RUNNING.md: a SuperLink, three SuperNodes, ``flwr run``."""
+    import shlex
+
+    bin_dir = Path(sys.executable).parent
+    superlink_port, *node_ports = _free_ports(4)
+    home, env = _flwr_env(tmp_path)
+    # flwr writes its default config (with its own 'local' connection) on first
+    # use; the guide's block is appended to it.
+    subprocess.run([str(bin_dir / "flwr"), "ls", "--help"], env=env, capture_output=True)
+    with open(home / "config.toml", "a") as config:
+        config.write("\n" + GUIDE_CONNECTION.format(port=superlink_port))
     processes, logs = [], []
 
-    def start(name, *args):
-        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed below
-        logs.append((name, log))
-        processes.append(
-            subprocess.Popen(
-                [str(bin_dir / args[0]), *args[1:]],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=tmp_path,
+    def start(name, args):
+        log = tmp_path / f"{name}.log"
+        logs.append(log)
+        with open(log, "w") as out:
+            processes.append(
+                subprocess.Popen(
+                    [str(bin_dir / args[0]), *args[1:]],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=EXAMPLE_APP,
+                )
             )
-        )
 
     try:
         start(
             "superlink",
-            "flower-superlink",
-            "--insecure",
-            "--disable-runtime-dependency-installation",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(superlink_port),
+            shlex.split(
+                f"flower-superlink --insecure --port {superlink_port} "
+                "--disable-runtime-dependency-installation"
+            ),
         )
         _wait_for_port(superlink_port, processes[0])
-        for i, (block, port) in enumerate(zip(clients, node_ports)):
-            np.save(tmp_path / f"org_{i}.npy", block)
-            config = (
-                f"data-path='{tmp_path / f'org_{i}.npy'}' "
-                f"labels-path='{tmp_path / f'org_{i}_labels.npy'}' client-name={i}"
-            )
-            start(
-                f"supernode_{i}",
-                "flower-supernode",
-                "--insecure",
-                "--superlink",
-                f"127.0.0.1:{superlink_port}",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--node-config",
-                config,
-            )
+        printed = subprocess.run(
+            [sys.executable, "prepare_data.py", str(tmp_path / "data"), "3", str(superlink_port)],
+            cwd=EXAMPLE_APP,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.splitlines()
+        assert len(printed) == 3
+        for i, (command, port) in enumerate(zip(printed, node_ports)):
+            args = shlex.split(command)
+            # The printed ports (9101...) may be taken on a shared machine.
+            args[args.index("--port") + 1] = str(port)
+            start(f"supernode_{i}", args)
         run = subprocess.run(
             [
                 str(bin_dir / "flwr"),
                 "run",
-                str(EXAMPLE_APP),
+                ".",
                 "local-deployment",
                 "--stream",
                 "--run-config",
-                f"method='kfed' n-clusters=3 n-nodes=3 output-dir='{tmp_path / 'out'}'",
+                f"n-nodes=3 output-dir='{tmp_path / 'out'}'",
             ],
             env=env,
-            cwd=tmp_path,
+            cwd=EXAMPLE_APP,
             capture_output=True,
             text=True,
             timeout=240,
         )
     finally:
         _stop(processes)
-        for _, log in logs:
-            log.close()
     summary_path = tmp_path / "out" / "summary.json"
     if not summary_path.exists():
-        tails = "\n".join(
-            f"--- {name}\n" + (tmp_path / f"{name}.log").read_text()[-1500:] for name, _ in logs
-        )
-        pytest.fail(
-            f"flwr run did not finish the fit:\n{run.stdout[-2000:]}{run.stderr[-2000:]}\n{tails}"
-        )
+        _fail_with_logs("flwr run did not finish the fit", run, logs)
     summary = json.loads(summary_path.read_text())
-    reference = KFed(n_clusters=3, random_state=0).fit(clients)
+    clients, reference = _demo_reference(3)
     np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
     expected = {k: v for k, v in reference.communication_.items() if k != "per_client"}
     assert {k: summary["communication"][k] for k in expected} == expected
-    labels = np.concatenate([np.load(tmp_path / f"org_{i}_labels.npy") for i in range(3)])
+    labels = np.concatenate([np.load(tmp_path / "data" / f"org_{i}_labels.npy") for i in range(3)])
     np.testing.assert_array_equal(labels, reference.labels_)
-    assert summary["rows_written_by_each_node"] == {"labels": [80, 120, 100]}
+    assert summary["rows_written_by_each_node"] == {"labels": [len(c) for c in clients]}
+    # Nothing of the run lands in the app folder, which the next run would bundle.
+    assert not (EXAMPLE_APP / "out").exists() and not (EXAMPLE_APP / "data").exists()
+
+
+def _stop_local_superlink(port):
+    """Stop the SuperLink flwr started in the background for this test (its port is ours)."""
+    import psutil
+
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any("flower-superlink" in part for part in cmdline) and str(port) in cmdline:
+            children = process.children(recursive=True)
+            for p in [process, *children]:
+                try:
+                    p.terminate()
+                except psutil.NoSuchProcess:
+                    pass
+            _, alive = psutil.wait_procs([process, *children], timeout=10)
+            for p in alive:
+                p.kill()
+
+
+@FLWR_TOOLS
+def test_flwr_run_simulates_the_example_app_on_its_demo_data(tmp_path):
+    """``flwr run .`` as the guide says: Flower's own local SuperLink, simulated nodes."""
+    bin_dir = Path(sys.executable).parent
+    _, env = _flwr_env(tmp_path)
+    http_port, control_port = _free_ports(2)
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
+    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
+    try:
+        run = subprocess.run(
+            [
+                str(bin_dir / "flwr"),
+                "run",
+                ".",
+                "--stream",
+                "--federation-config",
+                "num-supernodes=3",
+                "--run-config",
+                f"output-dir='{tmp_path / 'out'}'",
+            ],
+            env=env,
+            cwd=EXAMPLE_APP,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        _stop_local_superlink(http_port)
+    summary_path = tmp_path / "out" / "summary.json"
+    if not summary_path.exists():
+        _fail_with_logs("flwr run . did not finish the simulation", run, [])
+    summary = json.loads(summary_path.read_text())
+    _, reference = _demo_reference(3)
+    np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
+    written = tmp_path / "home" / "skfedclust-flower-output" / "simulation"
+    labels = np.concatenate([np.load(written / f"labels_{i}.npy") for i in range(3)])
+    np.testing.assert_array_equal(labels, reference.labels_)
+
+
+def test_the_example_app_checks_its_run_config_before_contacting_nodes():
+    sys.path.insert(0, str(EXAMPLE_APP))
+    try:
+        from skfedclust_app import server_app
+    finally:
+        sys.path.remove(str(EXAMPLE_APP))
+    config = {"method": "kfed", "n-clusters": 3, "random-state": 0, "params": "{}"}
+    names = {"kfed", "feca", "mavg", "ffcm", "kumar", "gold", "fedsc", "dc", "omnifc"}
+    assert set(server_app.METHODS) == names
+    for method in names:
+        estimator = server_app.make_estimator({**config, "method": method})
+        assert hasattr(estimator, "_run_protocol")
+    with pytest.raises(ValueError, match="unknown method 'kmeans'.*kfed, feca, mavg"):
+        server_app.make_estimator({**config, "method": "kmeans"})
+    with pytest.raises(ValueError, match="params must be a JSON object"):
+        server_app.make_estimator({**config, "params": "max_iter=3"})
+    with pytest.raises(ValueError, match="does not take these params"):
+        server_app.make_estimator({**config, "params": '{"no_such": 1}'})
+    gold = server_app.make_estimator({**config, "method": "GOLD", "params": '{"max_iter": 5}'})
+    assert type(gold).__name__ == "GOLDClustering" and gold.max_iter == 5
+    assert server_app.node_ids({"node-ids": "12, 34,56"}) == [12, 34, 56]
+    assert server_app.node_ids({"node-ids": ""}) is None
+
+
+# --------------------------------------------------------------------------- #
+# Failures reported early and with Flower's reason
+# --------------------------------------------------------------------------- #
+class _PushPullGrid(LocalGrid):
+    """A LocalGrid with Flower's push / pull interface; ``dead`` nodes get the
+    SuperLink's "node unavailable" error reply, ``hung`` nodes none."""
+
+    def __init__(self, *args, dead=(), hung=(), nodes=None, **kw):
+        super().__init__(*args, **kw)
+        self.dead, self.hung, self.pulls = set(dead), set(hung), 0
+        self.node_lists = nodes
+        self._outbox = {}
+
+    def get_node_ids(self):
+        if self.node_lists:
+            return self.node_lists.pop(0) if len(self.node_lists) > 1 else self.node_lists[0]
+        return super().get_node_ids()
+
+    def push_messages(self, messages):
+        from flwr.app import Error
+
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            node = message.metadata.dst_node_id
+            if node in self.dead:
+                reply = Message(
+                    Error(5, "Error: Node Unavailable - no heartbeat"), reply_to=message
+                )
+                reply.metadata.__dict__["_src_node_id"] = 1
+            elif node in self.hung:
+                reply = None
+            else:
+                reply = self.app(message, self.contexts[node])
+            self._outbox[message.metadata.message_id] = reply
+            ids.append(message.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        return [r for i in message_ids if (r := self._outbox.get(i)) is not None]
+
+
+def test_a_dead_node_is_named_with_the_superlinks_reason_at_once():
+    clients = _clients()
+    app = make_client_app(Clients(clients), allowed_modules=ALLOWED)
+    grid = _PushPullGrid(app, [{"partition-id": i} for i in range(4)], dead={102})
+    started = time.monotonic()
+    with pytest.raises(FlowerNodeError, match=r"node 102 is unavailable.*Node Unavailable") as info:
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=4, timeout=60)
+    assert time.monotonic() - started < 10
+    assert info.value.node_id == 102 and info.value.code == 5
+    # Without the error reply (a hung node), the timeout names it.
+    grid = _PushPullGrid(app, [{"partition-id": i} for i in range(4)], hung={101})
+    with pytest.raises(FlowerTimeoutError, match=r"node 101 did not answer the handshake"):
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=4, timeout=0.5, poll_interval=0.05)
+    # Replies are pulled every poll_interval, not every 3 s.
+    grid = _PushPullGrid(app, [{"partition-id": i} for i in range(4)])
+    started = time.monotonic()
+    fit_on_flower(KFed(n_clusters=4, random_state=0), grid, n_nodes=4, timeout=10)
+    assert time.monotonic() - started < 5
+
+
+def test_a_restarted_node_is_waited_out_and_otherwise_explained():
+    clients = _clients()
+    app = make_client_app(Clients(clients), allowed_modules=ALLOWED)
+    configs = [{"partition-id": i} for i in range(4)]
+    # Five nodes listed (a restarted node's old twin), then four: the fit goes on.
+    grid = _PushPullGrid(
+        app, configs, nodes=[[100, 101, 102, 103, 99]] * 3 + [[100, 101, 102, 103]]
+    )
+    fit_on_flower(KFed(n_clusters=4, random_state=0), grid, n_nodes=4, timeout=10)
+    grid = _PushPullGrid(app, configs, nodes=[[99, 100, 101, 102, 103]])
+    with pytest.raises(ValueError, match=r"5 nodes are connected.*restarted.*node_ids"):
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=4, connect_timeout=0.5)
+    grid = _PushPullGrid(app, configs, nodes=[[100, 101]])
+    with pytest.raises(FlowerTimeoutError, match=r"only 2 of 4 nodes connected within 0.5 s"):
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=4, connect_timeout=0.5)
+
+
+def test_unsupported_requests_are_refused_before_any_node_is_contacted():
+    app = make_client_app(Clients(_clients()), allowed_modules=ALLOWED)
+    grid = LocalGrid(app, [{"partition-id": i} for i in range(4)])
+
+    class NotOnFlower(KFed):
+        def _check_flower_support(self):
+            raise NotSupportedOnFlower("this setting needs the simulation")
+
+    for estimator, kwargs, error, match in [
+        (NotOnFlower(n_clusters=2), {"n_nodes": 4}, NotSupportedOnFlower, "needs the simulation"),
+        (KFed(n_clusters=-1), {"n_nodes": 4}, ValueError, "n_clusters"),
+        (KFed(n_clusters=2), {"n_nodes": 0}, ValueError, "n_nodes must be a positive"),
+        (KFed(n_clusters=2), {"node_ids": [100, 100]}, ValueError, "distinct"),
+        (KFed(n_clusters=2), {"n_nodes": 4, "timeout": 0}, ValueError, "timeout must be"),
+        (KFed(n_clusters=2), {"n_nodes": 4, "node_ids": [100]}, ValueError, "exactly one"),
+    ]:
+        with pytest.raises(error, match=match):
+            fit_on_flower(estimator, grid, **kwargs)
+    assert grid.log == []
 
 
 def test_feature_names_come_from_the_nodes_dataframes():

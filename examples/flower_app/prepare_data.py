@@ -1,6 +1,6 @@
 """Write one data file per organisation for a local try of the app.
 
-    python prepare_data.py ~/skfedclust-flower-data 3
+    python prepare_data.py ~/skfedclust-flower-data 3 [SUPERLINK_PORT]
 
 writes org_0.npy, org_1.npy, org_2.npy in that folder (the shares of the demo
 data set a simulation's nodes take) and prints the SuperNode command of each
@@ -30,4 +30,4 @@ def main(directory="~/skfedclust-flower-data", n_orgs=3, superlink_port=9093):
 
 
 if __name__ == "__main__":
-    main(*(sys.argv[1:2] or ["~/skfedclust-flower-data"]), *(int(a) for a in sys.argv[2:3]))
+    main(*(sys.argv[1:2] or ["~/skfedclust-flower-data"]), *(int(a) for a in sys.argv[2:4]))
