@@ -14,6 +14,7 @@ import numbers
 import warnings
 
 import numpy as np
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -226,7 +227,9 @@ def _donors(counts, inertia):
 # --------------------------------------------------------------------------- #
 # Estimator
 # --------------------------------------------------------------------------- #
-class FederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
+class FederatedKMeans(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, CentroidPredictMixin, BaseFederatedClustering
+):
     """Federated k-means: Lloyd's algorithm on securely aggregated cluster sums.
 
     Every iteration the server sends the centers; each client assigns its
@@ -620,6 +623,11 @@ class FederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=active)
             runtime.stage("client step: nearest-center labels")
             runtime.run(fedkmeans_final_labels, tag="labels", clients=active)
+
+    @property
+    def _n_features_out(self):
+        # Columns of transform: one distance per center.
+        return self.cluster_centers_.shape[0]
 
     # ------------------------------------------------------------ new rows
     def transform(self, X):
