@@ -30,6 +30,7 @@ from skfedclust import (
     # noqa: E402
     FeCA,
     FederatedFuzzyCMeans,
+    FederatedKMeans,
     GOLDClustering,
     KFed,
     KumarFederatedKMeans,
@@ -274,6 +275,7 @@ ESTIMATORS = {
     "FFCM": lambda: FederatedFuzzyCMeans(n_clusters=4, random_state=4),
     "Kumar": lambda: KumarFederatedKMeans(n_clusters=4, random_state=5),
     "GOLD": lambda: GOLDClustering(n_clusters=4, random_state=6),
+    "FederatedKMeans": lambda: FederatedKMeans(n_clusters=4, random_state=7),
 }
 
 
