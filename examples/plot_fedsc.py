@@ -53,12 +53,13 @@ fig.tight_layout()
 # ------------------------------------
 # The server knows the dictionary it broadcast and receives every sample's coefficients
 # ``c = (K(Z, Z) + reg I)^-1 k(Z, x)``; from them it recovers ``k(Z, x)``, the distances
-# of ``x`` to the atoms, and ``x`` itself (``coef_`` is what it received, one row per
-# sample).
+# of ``x`` to the atoms, and ``x`` itself. ``coef_`` is what it received, stacked client
+# by client; with the clients' arrays given in order, that is the order of their rows.
 X, y = datasets["moons"]
-fed = FedSpectralClustering(2, kmeans_n_init=10, random_state=0).fit(X)
+clients = np.array_split(X, 8)
+fed = FedSpectralClustering(2, kmeans_n_init=10, random_state=0).fit(clients)
 X_hat = trilateration_attack(fed.coef_.T, fed.dictionary_, bandwidth=fed.bandwidth_, lam=fed.reg)
-print(f"largest error of the recovered samples: {np.abs(X_hat - X).max():.1e}")
+print(f"largest error of the recovered samples: {np.abs(X_hat - np.vstack(clients)).max():.1e}")
 
 # %%
 # NMI against epsilon
