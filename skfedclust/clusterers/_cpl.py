@@ -49,6 +49,7 @@ __all__ = [
     "MCPLResult",
     "cluster_weight",
     "competition_step",
+    "canonical_order",
     "competitive_penalized_learning",
     "feature_importance",
     "fine_grained_cpl",
@@ -66,6 +67,9 @@ _OFFSET = 5.0
 # "numba" when numba is importable, else "numpy"; the two engines run the same
 # dynamics and are checked against each other.
 _ENGINE = "numba" if numba is not None else "numpy"
+
+#: ``local_init="sqrt"`` seeds ``min(n / 2, SQRT_INIT_FACTOR * sqrt(n))`` clusters.
+SQRT_INIT_FACTOR = 10.0
 
 
 # --------------------------------------------------------------------------- #
@@ -627,6 +631,18 @@ def competitive_penalized_learning(
     rng = check_random_state(random_state)
     n, d = X.shape
     k = resolve_initial_clusters(initial_clusters, n)
+    varying = (X != X[:1]).any(axis=0)
+    if not varying.all():
+        return _with_constant_columns(
+            X,
+            varying,
+            k,
+            learning_rate=learning_rate,
+            max_iter=max_iter,
+            min_cluster_size=min_cluster_size,
+            shuffle=shuffle,
+            rng=rng,
+        )
     origin = X[0].copy()
     Xc = X - origin
 
@@ -690,6 +706,95 @@ def competitive_penalized_learning(
     )
 
 
+def _with_constant_columns(X, varying, k, *, rng, **params):
+    # A constant column adds nothing to any distance, but the uniform starting
+    # weights would spread over it and so change every similarity of the first
+    # pass: CPL runs on the varying columns alone, and the constant ones come
+    # back with their value and weight 0, so that such a column changes nothing.
+    n, d = X.shape
+    if not varying.any():
+        # Every row is the same point: one cluster holds them all.
+        return CPLResult(
+            centers=X[:1].copy(),
+            labels=np.zeros(n, dtype=np.int64),
+            feature_weights=np.full((1, d), 1.0 / d),
+            sizes=np.array([n], dtype=np.int64),
+            n_iter=0,
+            size_history=np.empty((0, k), dtype=np.int64),
+            objective=float(n),
+        )
+    res = competitive_penalized_learning(X[:, varying], k, random_state=rng, **params)
+    centers = np.repeat(X[:1], len(res.centers), axis=0)
+    centers[:, varying] = res.centers
+    weights = np.zeros((len(res.centers), d))
+    weights[:, varying] = res.feature_weights
+    return res._replace(centers=centers, feature_weights=weights)
+
+
+def canonical_order(X, random_state=None):
+    """An order of the rows that depends on their values only, not on their storage order.
+
+    The rows are sorted lexicographically, then shuffled by a permutation
+    drawn from ``random_state``: the same multiset of rows and the same seed
+    give the same sequence of rows, whatever order they arrive in.
+    Identical rows are interchangeable, so their relative order does not
+    matter.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Rows.
+    random_state : int, RandomState instance or None, default=None
+        Draws the shuffle.
+
+    Returns
+    -------
+    order : ndarray of shape (n_samples,)
+        Row indices: ``X[order]`` is the canonical sequence.
+    """
+    X = np.asarray(X, dtype=float)
+    rng = check_random_state(random_state)
+    if X.shape[1] == 0:
+        return np.arange(len(X))
+    # np.lexsort's last key is the primary one; +0.0 maps -0.0 onto 0.0.
+    order = np.lexsort((X + 0.0).T[::-1])
+    return order[rng.permutation(len(X))]
+
+
+def _merge_identical_rows(X, res):
+    # The online competition can send two copies of one row to different
+    # clusters; every copy joins the cluster of the first, so identical rows
+    # always share a micro-cluster (and therefore a global label).
+    _, first, inverse = np.unique(X, axis=0, return_index=True, return_inverse=True)
+    if len(first) == len(X):
+        return res
+    labels = res.labels[first][inverse.ravel()]
+    k = len(res.centers)
+    counts = np.bincount(labels, minlength=k)
+    survivors = np.flatnonzero(counts > 0)
+    relabel = np.full(k, -1, dtype=np.int64)
+    relabel[survivors] = np.arange(len(survivors))
+    labels = relabel[labels]
+    centers, _ = _member_means(X, labels, len(survivors))
+    weights = res.feature_weights[survivors]
+    objective = float(_similarity_to_own_cluster(X, labels, centers, weights).sum())
+    return res._replace(
+        centers=centers,
+        labels=labels,
+        feature_weights=weights,
+        sizes=counts[survivors],
+        objective=objective,
+    )
+
+
+def _member_means(X, labels, k):
+    # Means of the members, taken relative to the first row (accurate at any offset).
+    origin = X[0]
+    counts = np.bincount(labels, minlength=k)
+    sums = _membership(labels, k) @ (X - origin)
+    return sums / np.maximum(counts, 1)[:, None] + origin, counts
+
+
 def weighted_assignment(X, centers, feature_weights):
     """Most similar cluster of each object under cluster-wise feature weights.
 
@@ -735,6 +840,7 @@ def fine_grained_cpl(
     max_iter=30,
     min_cluster_size=2,
     max_local_init=None,
+    order="storage",
     random_state=None,
 ):
     """FCPL: a client's search for compact micro-clusters in its own data.
@@ -742,14 +848,17 @@ def fine_grained_cpl(
     CPL seeded with a deliberately large number of clusters (half the
     client's samples by default) so that redundant clusters are eliminated
     and compact micro-clusters remain. A client with a single sample returns
-    that sample as its only micro-cluster.
+    that sample as its only micro-cluster. Copies of one row always end in
+    the same micro-cluster (the copies join the cluster of the first one).
 
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features)
         The client's data.
-    local_init : int or float, default=0.5
-        Seed clusters: a count, or a fraction of the client's samples.
+    local_init : int, float or "sqrt", default=0.5
+        Seed clusters: a count, a fraction of the client's samples, or
+        ``"sqrt"``: ``min(n / 2, 10 sqrt(n))``, which keeps a pass's cost
+        (samples x seed clusters) at ``O(n^1.5)`` instead of ``O(n^2)``.
     learning_rate : float, default=0.05
         Reward and penalty step.
     max_iter : int, default=30
@@ -759,8 +868,13 @@ def fine_grained_cpl(
     max_local_init : int, default=None
         Cap on the number of seed clusters (the cost of a pass grows with
         ``n_samples`` times the number of clusters).
+    order : {"storage", "canonical"}, default="storage"
+        Order in which the competition visits the samples: their storage
+        order (the authors' implementation), or :func:`canonical_order`, which
+        depends on the rows' values and ``random_state`` only, so that the
+        result does not depend on how the rows are stored.
     random_state : int, RandomState instance or None, default=None
-        The client's own randomness.
+        The client's randomness (seed clusters, canonical shuffle).
 
     Returns
     -------
@@ -769,19 +883,35 @@ def fine_grained_cpl(
         (kept locally), ``n_iter`` and ``objective``.
     """
     X = check_array(X, dtype=np.float64, order="C")
-    k = resolve_initial_clusters(local_init, len(X), max_local_init)
+    n = len(X)
+    if isinstance(local_init, str):
+        if local_init != "sqrt":
+            raise ValueError(f"local_init must be a number or 'sqrt', got {local_init!r}.")
+        local_init = int(min(np.round(0.5 * n), np.round(SQRT_INIT_FACTOR * np.sqrt(n))))
+    k = resolve_initial_clusters(local_init, n, max_local_init)
+    rng = check_random_state(random_state)
+    if order == "canonical":
+        visit = canonical_order(X, rng)
+    elif order == "storage":
+        visit = np.arange(n)
+    else:
+        raise ValueError(f"order must be 'storage' or 'canonical', got {order!r}.")
+    Xv = np.ascontiguousarray(X[visit])
     res = competitive_penalized_learning(
-        X,
+        Xv,
         k,
         learning_rate=learning_rate,
         max_iter=max_iter,
         min_cluster_size=min_cluster_size,
-        random_state=random_state,
+        random_state=rng,
     )
+    res = _merge_identical_rows(Xv, res)
+    labels = np.empty(n, dtype=np.int64)
+    labels[visit] = res.labels
     return FCPLResult(
         centers=res.centers,
         sizes=res.sizes,
-        labels=res.labels,
+        labels=labels,
         feature_weights=res.feature_weights,
         n_iter=res.n_iter,
         objective=res.objective,
