@@ -1,0 +1,340 @@
+"""FederatedKMeans: scikit-learn's Lloyd on the pooled rows, from secure sums only."""
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+
+import skfedclust.methods._fedkmeans as fedkmeans
+from skfedclust import FederatedKMeans
+from skfedclust.clusterers import nearest_center
+from skfedclust.federation import InProcessRuntime, use_runtime
+from skfedclust.methods._fedkmeans import FederatedKMeansError, nearest_radius
+from skfedclust.secure import SecureSumError
+from skfedclust.secure._secure_sum import TAG_UNMASK, TAG_UPLOAD
+from skfedclust.utils.protocol_checks import recording_runtime
+
+
+def _data(n=600, k=5, d=3, seed=0, std=2.0):
+    X, _ = make_blobs(n, centers=k, n_features=d, random_state=seed, cluster_std=std)
+    return X
+
+
+def _ulps(offset):
+    # Centers at a large offset are stored to its float64 spacing.
+    return 4 * np.spacing(max(abs(offset), 1.0)) if offset else 1e-9
+
+
+def _central_lloyd_step(X, centers):
+    labels = nearest_center(X, centers)
+    return np.array([X[labels == j].mean(axis=0) for j in range(len(centers))])
+
+
+# --------------------------------------------------------------------------- #
+# The pooled Lloyd of scikit-learn
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("offset", [0.0, 1.7e9])
+@pytest.mark.parametrize("secure", [True, False])
+@pytest.mark.parametrize("max_iter, tol", [(300, 1e-4), (300, 0.0), (3, 1e-4), (300, 0.5)], ids=str)
+def test_same_initial_centers_give_scikit_learns_kmeans(offset, secure, max_iter, tol):
+    X = _data() + offset
+    init = X[[0, 1, 2, 3, 5]].copy()
+    km = KMeans(5, init=init, n_init=1, max_iter=max_iter, tol=tol).fit(X)
+    fk = FederatedKMeans(
+        5,
+        init=init,
+        max_iter=max_iter,
+        tol=tol,
+        secure_aggregation=secure,
+        partition=4,
+        random_state=0,
+    ).fit(X)
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=0, atol=_ulps(offset))
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    assert fk.n_iter_ == km.n_iter_
+    # The inertia of the centers returned (stored to the offset's spacing, which
+    # moves the inertia of unconverged centers by a few parts in 1e9 at 1.7e9).
+    exact = ((X - offset - (fk.cluster_centers_ - offset)[fk.labels_]) ** 2).sum()
+    np.testing.assert_allclose(fk.inertia_, exact, rtol=1e-12)
+    np.testing.assert_allclose(-fk.score(X), exact, rtol=1e-12)
+    np.testing.assert_allclose(fk.inertia_, km.inertia_, rtol=1e-9 if offset == 0 else 1e-8)
+
+
+def test_stopping_by_tol_uses_the_mean_feature_variance():
+    # Wildly different feature scales: the tolerance is tol * mean(var(X, axis=0)).
+    X = _data(d=2) * [1.0, 1e4]
+    init = X[:5].copy()
+    for tol in (1e-6, 1e-3, 1e-1):
+        km = KMeans(5, init=init, n_init=1, tol=tol).fit(X)
+        fk = FederatedKMeans(5, init=init, tol=tol, partition=3, random_state=0).fit(X)
+        assert fk.n_iter_ == km.n_iter_
+        np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=1e-9)
+
+
+def test_secure_and_clear_sums_give_the_same_fit_from_every_init():
+    X = _data()
+    for init in ("k-fed", "random"):
+        a = FederatedKMeans(5, init=init, n_init=2, partition=3, random_state=1).fit(X)
+        b = FederatedKMeans(
+            5, init=init, n_init=2, partition=3, random_state=1, secure_aggregation=False
+        ).fit(X)
+        np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=1e-9)
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+@pytest.mark.parametrize("init", ["k-fed", "random"])
+def test_restarts_keep_the_lowest_inertia(init):
+    X = _data(k=8, std=3.0)
+    # The first start is drawn the same way whatever n_init is.
+    one = FederatedKMeans(8, init=init, n_init=1, partition=3, random_state=0).fit(X)
+    five = FederatedKMeans(8, init=init, n_init=5, partition=3, random_state=0).fit(X)
+    assert five.inertia_ <= one.inertia_
+    np.testing.assert_allclose(five.inertia_, -five.score(X), rtol=1e-9)
+    np.testing.assert_array_equal(five.labels_, five.predict(X))
+
+
+def test_k_fed_init_clusters_blobs():
+    X, y = make_blobs(900, centers=6, cluster_std=0.5, random_state=0)
+    for seed in range(3):
+        fk = FederatedKMeans(6, random_state=seed).fit([X[:300], X[300:600], X[600:]])
+        assert adjusted_rand_score(y, fk.labels_) == 1.0
+
+
+def test_an_array_init_of_the_wrong_shape_is_refused():
+    X = _data()
+    with pytest.raises(ValueError, match=r"init has shape \(2, 3\); expected"):
+        FederatedKMeans(5, init=X[:2]).fit(X)
+    with pytest.warns(RuntimeWarning, match="one start"):
+        FederatedKMeans(5, init=X[:5], n_init=3).fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# What crosses the wire
+# --------------------------------------------------------------------------- #
+def test_with_secure_sums_the_server_receives_only_masked_vectors():
+    X = _data()
+    with recording_runtime() as runtimes:
+        FederatedKMeans(5, init=X[:5], partition=4, random_state=0).fit(X)
+    (runtime,) = runtimes
+    tags = {m.tag for m in runtime.ledger.messages if m.receiver == fedkmeans_server()}
+    assert tags == {TAG_UPLOAD, TAG_UNMASK}
+    # Without them, each client's statistics reach the server.
+    with recording_runtime() as runtimes:
+        FederatedKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit(X)
+    tags = {m.tag for m in runtimes[0].ledger.messages if m.receiver == fedkmeans_server()}
+    assert "cluster statistics" in tags
+
+
+def fedkmeans_server():
+    from skfedclust import SERVER
+
+    return SERVER
+
+
+@pytest.mark.parametrize("n_clients", [4, 10])
+def test_bytes_per_iteration(n_clients):
+    from skfedclust.secure import default_degree
+
+    X = _data(400, k=4)
+    k, d = 4, 3
+    init = X[:4].copy()
+
+    def per_iteration(secure):
+        reports = [
+            FederatedKMeans(
+                4,
+                init=init,
+                max_iter=it,
+                tol=0,
+                secure_aggregation=secure,
+                partition=n_clients,
+                random_state=0,
+            )
+            .fit(X)
+            .communication_
+            for it in (1, 2)
+        ]
+        return {key: reports[1][key] - reports[0][key] for key in reports[0] if key != "per_client"}
+
+    vector = 8 * (k * d + k + k + 1)  # sums, counts, inertias, changed labels
+    clear = per_iteration(False)
+    assert clear["rounds"] == 1
+    assert clear["bytes_up"] == n_clients * vector
+    assert clear["bytes_down"] == n_clients * 8 * k * d
+    secure = per_iteration(True)
+    degree = default_degree(n_clients)
+    assert secure["rounds"] == 2
+    # Shares of the self-mask seed: 32 bytes to each neighbour, and back to the server.
+    assert secure["bytes_peer"] == n_clients * degree * 32
+    spec = secure["bytes_up"] / n_clients - vector - degree * 32
+    assert 0 < spec < 128  # the vector's structure (shapes, kinds)
+    # The centers, and the list of who uploaded (one int64 per client).
+    assert secure["bytes_down"] == n_clients * (8 * k * d + 8 * n_clients)
+
+
+# --------------------------------------------------------------------------- #
+# Bounds
+# --------------------------------------------------------------------------- #
+def test_every_row_lies_within_the_radius_of_its_nearest_center():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        X = rng.normal(size=(300, 4)) * rng.uniform(0.1, 10, size=4) + 1.7e9
+        mean = X.mean(axis=0)
+        spread = 2.0 ** np.ceil(np.log2(np.abs(X - mean).max()))
+        centers = mean + rng.normal(size=(5, 4)) * 20
+        labels = nearest_center(X, centers)
+        distances = np.sqrt(((X - centers[labels]) ** 2).sum(axis=1))
+        assert distances.max() <= nearest_radius(centers, mean, spread)
+
+
+def test_a_client_beyond_the_public_bound_refuses_rather_than_wraps(monkeypatch):
+    X = _data()
+    monkeypatch.setattr(fedkmeans, "_MARGIN", 1e-3)
+    with pytest.raises(ValueError, match="exceeds its public bound.*refusing to upload"):
+        FederatedKMeans(5, init=X[:5], partition=3, random_state=0).fit(X)
+
+
+def test_exact_at_a_large_offset_and_tiny_scale():
+    X = _data() * 1e-12 + 3.0
+    init = X[:5].copy()
+    km = KMeans(5, init=init, n_init=1).fit(X)
+    fk = FederatedKMeans(5, init=init, partition=3, random_state=0).fit(X)
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    np.testing.assert_allclose(fk.cluster_centers_ - 3.0, km.cluster_centers_ - 3.0, atol=1e-24)
+
+
+# --------------------------------------------------------------------------- #
+# Empty clusters
+# --------------------------------------------------------------------------- #
+def _federated_relocation(X, centers):
+    """The documented rule, computed on the pooled rows: one Lloyd iteration."""
+    labels = nearest_center(X, centers)
+    k = len(centers)
+    counts = np.bincount(labels, minlength=k)
+    new = np.array([X[labels == j].mean(axis=0) if counts[j] else centers[j] for j in range(k)])
+    d2 = ((X - centers[labels]) ** 2).sum(axis=1)
+    inertia = np.bincount(labels, weights=d2, minlength=k)
+    donors = [j for j in np.argsort(-inertia, kind="stable") if counts[j] >= 2]
+    for e, j in zip(np.flatnonzero(counts == 0), donors):
+        members = labels == j
+        far = members & (d2 > inertia[j] / counts[j])
+        new[e] = X[far].mean(axis=0)
+        new[j] = X[members & ~far].mean(axis=0)
+    return new
+
+
+def test_an_empty_cluster_takes_the_far_rows_of_the_largest_inertia_cluster():
+    X = _data(k=3)
+    init = np.vstack([X[:3], X.mean(axis=0) + 1e3, X.mean(axis=0) - 1e3])
+    fk = FederatedKMeans(5, init=init, max_iter=1, partition=3, random_state=0).fit(X)
+    expected = _federated_relocation(X, init)
+    np.testing.assert_allclose(fk.cluster_centers_, expected, rtol=1e-12)
+    # No row is sent: the relocated centers are means of several rows.
+    for c in fk.cluster_centers_:
+        assert np.min(np.abs(X - c).sum(axis=1)) > 1e-6
+    # Run to convergence, no cluster stays empty.
+    fk = FederatedKMeans(5, init=init, partition=3, random_state=0).fit(X)
+    assert np.all(np.bincount(fk.labels_, minlength=5) > 0)
+    assert np.all(np.isfinite(fk.cluster_centers_))
+
+
+def test_an_empty_cluster_keeps_its_center_in_a_sampled_iteration():
+    X = _data(k=3)
+    init = np.vstack([X[:3], X.mean(axis=0) + 1e3])
+    fk = FederatedKMeans(
+        4, init=init, max_iter=1, client_fraction=0.5, partition=4, random_state=0
+    ).fit(X)
+    np.testing.assert_array_equal(fk.cluster_centers_[3], init[3])
+
+
+# --------------------------------------------------------------------------- #
+# Client sampling and dropouts
+# --------------------------------------------------------------------------- #
+class DropInUpload(InProcessRuntime):
+    """Loses ``party``'s masked upload of the ``at``-th secure sum (counted from 0)."""
+
+    party, at = 2, None
+
+    def _lost(self, tag, party):
+        if tag != TAG_UPLOAD or party != self.party:
+            return False
+        done = sum(1 for entry in self.trace if entry[1] == TAG_UPLOAD)
+        return done == self.at
+
+
+def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
+    X = _data()
+    clients = [X[:150], X[150:300], X[300:450], X[450:]]
+    init = X[:5].copy()
+    # Secure sums: row bound, moments, deviation bound, centered moments; then
+    # one per Lloyd iteration. Client 2 drops in the second iteration.
+    DropInUpload.at = 5
+    with use_runtime(DropInUpload):
+        fk = FederatedKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
+    first = _central_lloyd_step(X, init)
+    second = _central_lloyd_step(np.vstack(clients[:2] + clients[3:]), first)
+    np.testing.assert_allclose(fk.cluster_centers_, second, rtol=1e-12)
+    # Its labels are still its own output at the end.
+    np.testing.assert_array_equal(fk.labels_, nearest_center(X, fk.cluster_centers_))
+    # Asking for every client makes the same dropout an error.
+    with use_runtime(DropInUpload), pytest.raises(FederatedKMeansError, match="min_clients=4"):
+        FederatedKMeans(5, init=init, min_clients=4, random_state=0).fit(clients)
+
+
+class DropHalf(InProcessRuntime):
+    """Loses the replies of clients 1 and 2 to the third Lloyd-statistics exchange."""
+
+    def _lost(self, tag, party):
+        done = sum(1 for entry in self.trace if entry[1] == tag)
+        return tag in ("cluster statistics", TAG_UPLOAD) and party in (1, 2) and done == 6
+
+
+def test_too_many_dropouts_is_a_clear_error():
+    X = _data()
+    # By default a majority of the clients taking part must answer.
+    fit = FederatedKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit
+    with use_runtime(DropHalf), pytest.raises(FederatedKMeansError, match="only 2 of the 4"):
+        fit(X)
+    # With secure sums, a survivor whose neighbours dropped cannot be unmasked.
+    fit = FederatedKMeans(5, init=X[:5], partition=4, min_clients=1).fit
+    with use_runtime(DropHalf), pytest.raises(SecureSumError, match="threshold"):
+        fit(X)
+
+
+def test_client_sampling_is_public_and_reproducible():
+    X, y = make_blobs(800, centers=4, cluster_std=0.6, random_state=0)
+    params = dict(client_fraction=0.5, partition=8, random_state=0)
+    with recording_runtime() as runtimes:
+        a = FederatedKMeans(4, **params).fit(X)
+    b = FederatedKMeans(4, **params).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert adjusted_rand_score(y, a.labels_) > 0.95
+    # Four of eight clients upload in each Lloyd iteration, on a complete graph.
+    (runtime,) = runtimes
+    statistics = [r for r in runtime.received if r.tag == TAG_UPLOAD][4:-1]
+    assert statistics and all(len(r) == 4 for r in statistics)
+    assert len({tuple(r) for r in statistics}) > 1
+
+
+def test_min_clients_beyond_the_federation_is_refused():
+    X = _data()
+    with pytest.raises(ValueError, match="min_clients=5 but there are 3 clients"):
+        FederatedKMeans(5, min_clients=5, partition=3).fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# New rows
+# --------------------------------------------------------------------------- #
+def test_transform_and_score_on_new_rows():
+    X = _data()
+    fk = FederatedKMeans(5, partition=3, random_state=0).fit(X)
+    km = KMeans(5, init=fk.cluster_centers_, n_init=1, max_iter=1).fit(X)
+    km.cluster_centers_ = fk.cluster_centers_
+    new = _data(seed=1) + 1.0
+    np.testing.assert_allclose(fk.transform(new), km.transform(new), rtol=1e-9)
+    np.testing.assert_allclose(fk.score(new), km.score(new), rtol=1e-9)
+    # The rows held by several clients give the same federated score.
+    np.testing.assert_allclose(fk.score([new[:100], new[100:]]), km.score(new), rtol=1e-9)
+    clear = FederatedKMeans(5, partition=3, random_state=0, secure_aggregation=False).fit(X)
+    np.testing.assert_allclose(clear.score(new), km.score(new), rtol=1e-9)
