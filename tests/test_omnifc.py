@@ -703,9 +703,9 @@ def test_server_steps_get_only_what_was_sent():
         assert bounds.tag in ("mask", "bounds around offset") and len(bounds) == 7
     _, (distances,), public = runtime.server_inputs[3]
     assert distances.tag == "encoded distances" and len(distances) == 7
-    # uint32 residues of the upper triangle, nothing else
+    # centred int32 residues of the upper triangle, nothing else
     for tiles in distances.values():
-        assert all(t.dtype == np.uint32 for t in tiles)
+        assert all(t.dtype == np.int32 for t in tiles)
         assert sum(t.size for t in tiles) == 50 * 49 // 2
     # the server steps see public constants only: no row, share, bound or offset
     assert set(public) == {

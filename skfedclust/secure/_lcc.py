@@ -27,7 +27,7 @@ against the protocol runtime (:mod:`skfedclust.federation`):
 The upload of step 2 is streamed (:func:`streamed_exchange`): the server asks
 every party for a few groups of tiles in turn (exchanges that count as one
 round), each party computes them from the shares it holds and sends them as
-uint32 residues, and the server decodes every exchange tile by tile, folding
+centred int32 residues, and the server decodes every exchange tile by tile, folding
 each party's tile into its weighted sum while it is in cache, before asking
 for the next. No party's full matrix is ever held by the server, and no
 share ever reaches it. Every number is an exact integer, so the result does
@@ -37,7 +37,6 @@ surviving parties or ``n_jobs``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import threading
@@ -45,12 +44,13 @@ from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
-from joblib import Parallel, delayed, effective_n_jobs, parallel_config
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.utils import check_array, check_random_state
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_info
 
 from ..clusterers._memory import check_dense_memory
 from ..federation import Federation, InProcessRuntime, Received, Reply, logger, private_entropy
+from ..federation._runtime import _thread_controller
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
@@ -748,6 +748,13 @@ class _Scratch:
         return {k: v[: shape[0], : shape[1]] for k, v in bufs.items()}
 
 
+def _upper_triangle(k, cache):
+    """Indices of the strict upper triangle of a ``k x k`` tile, row by row (kept in ``cache``)."""
+    if k not in cache:
+        cache[k] = np.triu_indices(k, 1)
+    return cache[k]
+
+
 def _tile_shape(tile):
     a0, a1, b0, b1 = tile
     return a1 - a0, b1 - b0
@@ -764,14 +771,14 @@ def tile_elements(tile, symmetric):
 
 
 def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
-    """A party's tiles of ``G[a, b] = ||z_a - z_b||**2 mod p``, as uint32 residues.
+    """A party's tiles of ``G[a, b] = ||z_a - z_b||**2 mod p``, as centred int32 residues.
 
     Computed from the encoded rows the party holds and nothing else. Each
     tile is one exact float64 product (:class:`ModularProduct`) of
     ``[-2 z_a mod p, r_a, 1]`` against ``[z_b, 1, r_b]`` (``r`` the squared
     row norms), which gives ``r_a + r_b - 2 z_a . z_b``, and one reduction.
-    The operands of a tile are prepared for its rows only, so the party
-    never holds more than a tile of them.
+    The operands are prepared once per request, for the row and column
+    blocks of its tiles only, and freed with it.
 
     Parameters
     ----------
@@ -790,25 +797,39 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
 
     Returns
     -------
-    tiles : tuple of ndarray of uint32
-        One array per tile, residues in ``[0, p)``: the message.
+    tiles : tuple of ndarray of int32
+        One array per tile, residues in ``[-(p - 1)/2, (p - 1)/2]`` (a 32-bit
+        field element each, centred so that the server folds them without
+        another pass): the message.
     """
     (Z_a, r_a), (Z_b, r_b) = left, right
     plan = ModularProduct.plan(p, Z_a.shape[1])
     scratch = _Scratch(("g", "tmp", "tmp2"))
     size = max((max(_tile_shape(t)) for t in tiles), default=1)
     out = [None] * len(tiles)
+    half = (p - 1) // 2
+    triangles = {}
+    # the operands of every row and column block of this request, prepared once
+    lefts = {
+        (a0, a1): plan.left_operand(centred(Z_a[a0:a1], p), factor=-2, extra=[r_a[a0:a1], 1.0])
+        for a0, a1 in sorted({t[:2] for t in tiles})
+    }
+    rights = {
+        (b0, b1): plan.right_operand(centred(Z_b[b0:b1], p), extra=[1.0, r_b[b0:b1]])
+        for b0, b1 in sorted({t[2:] for t in tiles})
+    }
 
     def task(k, tile):
         a0, a1, b0, b1 = tile
         work = scratch.get(size, _tile_shape(tile))
-        lhs = plan.left_operand(centred(Z_a[a0:a1], p), factor=-2, extra=[r_a[a0:a1], 1.0])
-        rhs = plan.right_operand(centred(Z_b[b0:b1], p), extra=[1.0, r_b[b0:b1]])
+        lhs, rhs = lefts[a0, a1], rights[b0, b1]
         g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"])
-        canonical_inplace(g, p)
+        # |g| <= p/2 + 3 after the product's reduction: into (-p/2, p/2)
+        np.subtract(g, p, out=g, where=g > half)
+        np.add(g, p, out=g, where=g < -half)
         if _is_diagonal(tile, symmetric):
-            g = g[np.triu_indices(a1 - a0, 1)]
-        out[k] = g.astype(np.uint32).ravel()
+            g = g[_upper_triangle(a1 - a0, triangles)]
+        out[k] = g.astype(np.int32).ravel()
 
     _run_blocks(task, list(enumerate(tiles)), n_threads)
     return tuple(out)
@@ -959,29 +980,31 @@ class StreamingDecoder:
         return out
 
 
-def _unpack_tile(values, g, tile, symmetric, p):
-    """A party's tile as centred float64 residues in ``g`` (mirrored if diagonal)."""
+def _unpack_tile(values, g, tile, symmetric, triangles):
+    """A party's tile (centred residues) as float64 in ``g`` (mirrored if diagonal)."""
     if _is_diagonal(tile, symmetric):
         k = g.shape[0]
-        upper = np.triu_indices(k, 1)
+        upper = _upper_triangle(k, triangles)
         g.fill(0.0)
         g[upper] = values
         g[upper[1], upper[0]] = values
     else:
         g[...] = values.reshape(g.shape)
-    np.subtract(g, p, out=g, where=g > p // 2)
     return g
 
 
-def _check_tiles(received, tiles, symmetric, p):
-    """Refuse an upload that is not the requested tiles (the party's own mistake)."""
+def _check_tiles(received, tiles, symmetric):
+    """Refuse an upload that is not the requested tiles (the party's own mistake).
+
+    The values themselves are trusted: parties are honest-but-curious (a
+    party that sends wrong residues corrupts ``D`` whatever is checked).
+    """
     for party, payload in received.items():
         ok = isinstance(payload, (tuple, list)) and len(payload) == len(tiles)
         ok = ok and all(
             isinstance(v, np.ndarray)
-            and v.dtype == np.uint32
+            and v.dtype == np.int32
             and v.size == tile_elements(t, symmetric)
-            and (v.size == 0 or int(v.max()) < p)
             for v, t in zip(payload, tiles)
         )
         if not ok:
@@ -1017,10 +1040,11 @@ def lcc_decode_tiles_step(
     n_jobs : int, default=None
         Threads over the tiles.
     """
-    _check_tiles(received, tiles, symmetric, p)
+    _check_tiles(received, tiles, symmetric)
     uploads = received.list()
     decoder = StreamingDecoder(weights, p, precision)
     scratch = _Scratch(("g", "tmp", "acc_hi", "acc_lo"))
+    triangles = {}
     size = max(max(_tile_shape(t)) for t in tiles)
 
     def task(k, tile):
@@ -1028,7 +1052,7 @@ def lcc_decode_tiles_step(
         work = scratch.get(size, _tile_shape(tile))
 
         def fill(j, g):
-            return _unpack_tile(uploads[j][k], g, tile, symmetric, p)
+            return _unpack_tile(uploads[j][k], g, tile, symmetric, triangles)
 
         block = decoder.decode_block(fill, len(uploads), work)
         out[a0:a1, b0:b1] = block
@@ -1149,7 +1173,9 @@ def _run_blocks(task, tasks, n_jobs):
     n_workers = min(_block_workers(n_jobs), max(len(tasks), 1))
     # One BLAS thread per worker: the workers occupy the cores, and a block is
     # too small for a multi-threaded BLAS to pay off.
-    with threadpool_limits(limits=1, user_api="blas"):
+    # the process-wide controller: scanning the libraries again for every
+    # request would cost more than a small exchange
+    with _thread_controller().limit(limits=1, user_api="blas"):
         if n_workers == 1:
             for args in tasks:
                 task(*args)
@@ -1333,7 +1359,9 @@ class LCCSetup:
         return alive
 
 
-def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None, n_jobs=None):
+def lcc_exchange(
+    runtime, setup, precision, row_numbers, *, dropped=None, n_jobs=None, n_threads=None
+):
     """Protocol: the share exchange, then the parties' encoded distances, streamed and decoded.
 
     Two rounds: every data client sends each party its shares (peer
@@ -1357,8 +1385,11 @@ def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None, n_jobs
     dropped : iterable of int, default=None
         Parties whose answers never arrive (stragglers).
     n_jobs : int, default=None
-        The runtime's ``n_jobs``: sets the threads of the parties
-        (:func:`party_threads`) and of the server's decoding.
+        The runtime's ``n_jobs``: sets the threads of the server's decoding,
+        and of each party unless ``n_threads`` is given
+        (:func:`party_threads`).
+    n_threads : int, default=None
+        Threads of each party for its tiles.
 
     Returns
     -------
@@ -1403,7 +1434,7 @@ def lcc_exchange(runtime, setup, precision, row_numbers, *, dropped=None, n_jobs
         p=setup.p,
         row_numbers=lambda first, last: numbering if first else None,
         n_samples=n_samples,
-        n_threads=party_threads(n_jobs),
+        n_threads=party_threads(n_jobs) if n_threads is None else n_threads,
     )
 
 
@@ -1607,23 +1638,20 @@ def lcc_squared_distances(
     federation = Federation(np.vstack(arrays), rows)
     random_state = check_random_state(random_state)
     federation.spawn_seeds(random_state)
-    if n_jobs is None:
-        # the clients' steps are numpy on whole arrays: threads, as many as the
-        # block stage uses, run them side by side without copying the data
-        context = parallel_config(backend="threading")
-        workers = _block_workers(None)
-    else:
-        context, workers = contextlib.nullcontext(), n_jobs
-    with context:
-        runtime = InProcessRuntime(
-            federation,
-            n_parties=setup.m,
-            n_jobs=workers,
-            name="lcc_squared_distances",
-            private_entropy=private_entropy(random_state),
-        )
-        scale = agree_scale(runtime, setup, precision)
-        D = lcc_exchange(runtime, setup, scale.precision, rows, dropped=dropped, n_jobs=workers)
+    # The parties run one after another, each on every worker: seven parties
+    # on two cores would leave one idle in every other wave.
+    workers = _block_workers(n_jobs)
+    runtime = InProcessRuntime(
+        federation,
+        n_parties=setup.m,
+        n_jobs=1,
+        name="lcc_squared_distances",
+        private_entropy=private_entropy(random_state),
+    )
+    scale = agree_scale(runtime, setup, precision)
+    D = lcc_exchange(
+        runtime, setup, scale.precision, rows, dropped=dropped, n_jobs=workers, n_threads=workers
+    )
     return D, runtime.ledger
 
 
