@@ -179,13 +179,17 @@ def test_bytes_per_iteration(n_clients):
 def test_every_row_lies_within_the_radius_of_its_nearest_center():
     rng = np.random.default_rng(0)
     for _ in range(20):
-        X = rng.normal(size=(300, 4)) * rng.uniform(0.1, 10, size=4) + 1.7e9
-        mean = X.mean(axis=0)
-        spread = 2.0 ** np.ceil(np.log2(np.abs(X - mean).max()))
-        centers = mean + rng.normal(size=(5, 4)) * 20
+        mean = rng.normal(size=4) * 10
+        spread = 2.0 ** rng.integers(-3, 4)
+        # Rows anywhere in the agreed box, its corners included (the worst case).
+        corners = np.array(np.meshgrid(*[[-1.0, 1.0]] * 4)).reshape(4, -1).T
+        X = mean + spread * np.vstack([rng.uniform(-1, 1, size=(300, 4)), corners])
+        centers = mean + rng.normal(size=(5, 4)) * 5
         labels = nearest_center(X, centers)
         distances = np.sqrt(((X - centers[labels]) ** 2).sum(axis=1))
-        assert distances.max() <= nearest_radius(centers, mean, spread)
+        radius = nearest_radius(centers, mean, spread)
+        assert distances.max() <= radius * (1 + 1e-12)
+        assert distances.max() >= 0.5 * radius
 
 
 def test_a_client_beyond_the_public_bound_refuses_rather_than_wraps(monkeypatch):
