@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from skfedclust import FeCA
 from skfedclust.federation import Party, Received
+from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
 from skfedclust.methods._feca import (
     eliminate_one_fit_many,
     feca_aggregate,
@@ -625,17 +626,20 @@ def test_protocol_rounds_and_bytes(final_lloyd_step):
             up += n_clients * (8 * k * d + 8 * k)
         return up
 
-    # Every broadcast sends the k x d float64 centers to every client.
+    # Every broadcast sends the k x d float64 centers to every client. The
+    # labels and the inertia's secure sums follow the last one.
     n_broadcasts = 2 if final_lloyd_step else 1
+    inertia = inertia_cost(n_clients)
     check_protocol(
         est,
         X,
-        rounds=1 + final_lloyd_step,
-        bytes_up=bytes_up,
-        bytes_down=n_broadcasts * n_clients * 8 * k * d,
-        bytes_peer=0,
+        rounds=1 + final_lloyd_step + inertia["rounds"],
+        bytes_up=lambda rt: bytes_up(rt) + inertia["bytes_up"],
+        bytes_down=n_broadcasts * n_clients * 8 * k * d + inertia["bytes_down"],
+        bytes_peer=inertia["bytes_peer"],
     )
     assert est.n_clusters_ == k
+    assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-12)
 
 
 def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
@@ -643,12 +647,13 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
     # their radii: removed centroids (here one per client) are never sent.
     X, means = _jigsaw_client()
     est = FeCA(2, client_n_clusters=4, init=means, n_init=1)
+    inertia = inertia_cost(2)
     runtime = check_protocol(
         est,
         [X, X + [0.0, 1.0]],
-        rounds=1,
-        bytes_up=2 * (3 * (2 + 1) * 8 + 16),
-        bytes_down=2 * 2 * 2 * 8,
+        rounds=1 + inertia["rounds"],
+        bytes_up=2 * (3 * (2 + 1) * 8 + 16) + inertia["bytes_up"],
+        bytes_down=2 * 2 * 2 * 8 + inertia["bytes_down"],
     )
     (uploads,) = [r for r in runtime.received if r.tag == "centroids and radii"]
     for (centers, radii, _, _), sent_centers, sent_radii in zip(
@@ -662,7 +667,7 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
 def test_final_lloyd_step_matches_one_centralized_lloyd_iteration():
     X, y = make_blobs(1200, centers=5, cluster_std=2.5, random_state=4)
     est = FeCA(5, partition=4, final_lloyd_step=True, random_state=0).fit(X)
-    assert est.communication_["rounds"] == 2
+    assert est.communication_["rounds"] == 2 + inertia_cost(4)["rounds"]
     ref = KMeans(5, init=est.feca_centers_, n_init=1, max_iter=1).fit(X)
     np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, rtol=1e-10)
     np.testing.assert_array_equal(est.labels_, ref.labels_)

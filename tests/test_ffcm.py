@@ -10,6 +10,7 @@ from sklearn.metrics import adjusted_rand_score
 import skfedclust.methods._ffcm
 from skfedclust import FederatedFuzzyCMeans
 from skfedclust.clusterers import fuzzy_memberships
+from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
 from skfedclust.partition import DirichletPartition, IIDPartition
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -52,8 +53,10 @@ def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier):
     ).fit(X, client_ids=client_ids)
     expected = _reference_fcm(X, init, fuzzifier, 5)
     np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-10, atol=1e-10)
-    # Given initial centers need no set-up exchange: one round per FCM step.
-    assert est.communication_["rounds"] == 5
+    # Given initial centers need no seeding exchange: one round per FCM step,
+    # then the inertia's secure sums.
+    assert est.communication_["rounds"] == 5 + inertia_cost(3)["rounds"]
+    assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-12)
     np.testing.assert_array_equal(est.labels_, np.argmin(cdist(X, expected), axis=1))
 
 
@@ -64,16 +67,17 @@ def test_ffcm_kmeanspp_init_adds_one_seeding_round():
     # sending them is a round of its own (not set-up). Up: the k x d seeds
     # once, then each round every client's k x d local centers and k masses.
     # Down: the initial centers, then the centers after every round, k x d
-    # to each client.
+    # to each client. Then the labels and the inertia's secure sums.
+    inertia = inertia_cost(m)
     runtime = check_protocol(
         FederatedFuzzyCMeans(k, n_rounds=T, partition=m, random_state=0),
         X,
-        rounds=T + 1,
-        bytes_up=8 * (k * d + T * m * (k * d + k)),
-        bytes_down=8 * (T + 1) * m * k * d,
-        bytes_peer=0,
+        rounds=T + 1 + inertia["rounds"],
+        bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],
+        bytes_down=8 * (T + 1) * m * k * d + inertia["bytes_down"],
+        bytes_peer=inertia["bytes_peer"],
     )
-    assert runtime.ledger.report()["setup_rounds"] == 0
+    assert runtime.ledger.report()["setup_rounds"] == inertia["setup_rounds"]
     seeding = runtime.received[0]
     assert len(seeding) == 1 and seeding.list()[0].shape == (k, d)
     assert runtime.received[0].tag == "initial centers"
@@ -85,16 +89,19 @@ def test_ffcm_given_init_has_exactly_n_rounds():
     k, d, m, T = 6, X.shape[1], len(clients), 4
     # T rounds, no seeding exchange. Up: each round every client's k x d local
     # centers and k masses. Down: the given centers, then the centers after
-    # every round.
+    # every round. Then the labels and the inertia's secure sums.
+    inertia = inertia_cost(m)
     runtime = check_protocol(
         FederatedFuzzyCMeans(k, n_rounds=T, init=truth + 0.5, aggregation="v2", random_state=0),
         clients,
-        rounds=T,
-        bytes_up=8 * T * m * (k * d + k),
-        bytes_down=8 * (T + 1) * m * k * d,
+        rounds=T + inertia["rounds"],
+        bytes_up=8 * T * m * (k * d + k) + inertia["bytes_up"],
+        bytes_down=8 * (T + 1) * m * k * d + inertia["bytes_down"],
     )
     # The server gets only what the clients sent, and its own public constants.
-    for _step, (uploads,), public in runtime.server_inputs:
+    ffcm = [i for i in runtime.server_inputs if i[0] == "ffcm_server_step"]
+    assert len(ffcm) == T
+    for _step, (uploads,), public in ffcm:
         assert all(len(p) == 2 for p in uploads.list())
         assert set(public) == {"centers", "aggregation", "n_clusters", "v2_weighted", "seed"}
 
@@ -136,13 +143,14 @@ def test_ffcm_tiny_clients_seed_together():
     clients = [X[:3], X[3:6], X[6:10]]  # no client holds 6 rows
     k, d, m, T = 6, X.shape[1], len(clients), 2
     # The largest clients seed in one exchange (4 + 2 seeds): still T + 1
-    # rounds, and k seeds up in total.
+    # rounds (and the inertia's), and k seeds up in total.
+    inertia = inertia_cost(m)
     runtime = check_protocol(
         FederatedFuzzyCMeans(k, n_rounds=T, random_state=0),
         clients,
-        rounds=T + 1,
-        bytes_up=8 * (k * d + T * m * (k * d + k)),
-        bytes_down=8 * (T + 1) * m * k * d,
+        rounds=T + 1 + inertia["rounds"],
+        bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],
+        bytes_down=8 * (T + 1) * m * k * d + inertia["bytes_down"],
     )
     seeding = runtime.received[0]
     assert {c: len(p) for c, p in seeding.items()} == {2: 4, 0: 2}

@@ -23,6 +23,7 @@ from skfedclust.clusterers._cpl import (
 from skfedclust.clusterers._remc import _modes as remc_modes
 from skfedclust.clusterers._remc import categorical_divergence, matching_scores, remc
 from skfedclust.clusterers._remc import remc_weights as remc_level_weights
+from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
 from skfedclust.methods._gold import gold_server_cluster
 from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
@@ -98,7 +99,10 @@ def test_without_standardization_clients_run_fcpl_on_their_raw_rows():
     est = GOLDClustering(3, standardize=False, random_state=0)
     runtime = _fit_recorded(est, clients)
     assert est.mean_ is None and est.scale_ is None
-    assert len(runtime.received) == 2  # the upload, then the label step (sends nothing)
+    # The upload, then the labels and the inertia's secure sums (set-up, two sums).
+    tags = [r.tag for r in runtime.received]
+    assert tags[0] == "micro-centroids"
+    assert all(t.startswith("secure sum") for t in tags[1:]) and len(tags) == 6
     for i, Xi in enumerate(clients):
         expected = fine_grained_cpl(Xi, random_state=runtime.seeds[i])
         np.testing.assert_array_equal(runtime.received[0][i][0], expected.centers)
@@ -265,17 +269,27 @@ def test_protocol_rounds_and_bytes(standardize):
 
     # Micro-centroids: sum k_i x d float64 up, with each client's CPL pass
     # count (one int64); their labels: sum k_i int64 down. Pre-round: a count,
-    # a mean and squared deviations up (8 + 16 d), mean and scale down.
+    # a mean and squared deviations up (8 + 16 d), mean and scale down. Then
+    # the k x d float64 prototypes down, with the inertia's secure sums.
+    inertia = inertia_cost(m)
     check_protocol(
         est,
         clients,
-        rounds=1 + standardize,
-        bytes_up=lambda rt: 8 * d * k_total(rt) + 8 * m + standardize * m * (8 + 16 * d),
-        bytes_down=lambda rt: 8 * k_total(rt) + standardize * m * 16 * d,
-        bytes_peer=0,
+        rounds=1 + standardize + inertia["rounds"],
+        bytes_up=lambda rt: (
+            8 * d * k_total(rt) + 8 * m + standardize * m * (8 + 16 * d) + inertia["bytes_up"]
+        ),
+        bytes_down=lambda rt: (
+            8 * k_total(rt)
+            + standardize * m * 16 * d
+            + m * 8 * d * len(est.cluster_centers_)
+            + inertia["bytes_down"]
+        ),
+        bytes_peer=inertia["bytes_peer"],
         private_keys=("labels", "micro_labels", "micro_sizes", "feature_weights"),
     )
-    assert est.communication_["rounds"] == 1 + standardize
+    assert est.communication_["rounds"] == 1 + standardize + inertia["rounds"]
+    assert est.inertia_ == pytest.approx(-est.score(np.vstack(clients)), rel=1e-12)
 
 
 # --------------------------------------------------------------------------- #

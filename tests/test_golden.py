@@ -118,6 +118,19 @@ EXPECTED_CHANGES: dict[tuple[str, str], str] = {
         )
         for field in ("labels_", "cluster_centers_", "predict")
     },
+    **{
+        (estimator, "communication_"): (
+            "labels and inertia_ at the end of the fit: the final centers down after a set-up "
+            "round, then two secure sums (a public bound, the inertia), four rounds more"
+        )
+        for estimator in (
+            "KFed",
+            "FeCA",
+            "MAvg",
+            "FederatedFuzzyCMeans",
+            "KumarFederatedKMeans",
+        )
+    },
     ("OmniFCClustering", "communication_"): (
         "OmniFC on the runtime: a common offset by secure aggregation first (pairwise masks as "
         "set-up, 8d-byte masked sums up and the mean down, one round) and the share exchange "

@@ -6,6 +6,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import KFed
+from skfedclust.methods._centroid_steps import secure_inertia_communication
 from skfedclust.methods._kfed import farthest_point_seeds, kfed_server_aggregate
 from skfedclust.metrics import centroid_distance
 from skfedclust.partition import DirichletPartition, NonIIDLevelPartition
@@ -59,11 +60,16 @@ def test_one_round_and_bytes():
     X, _ = make_blobs(90, n_features=2, centers=3, random_state=0)
     est = KFed(n_clusters=3, n_local_clusters=2, random_state=0).fit([X[:30], X[30:60], X[60:]])
     comm = est.communication_
-    assert comm["rounds"] == 1
+    # One round for the centers, then the labels and the inertia's secure sums.
+    inertia = secure_inertia_communication(3)
+    assert comm["rounds"] == 1 + inertia["rounds"]
+    assert comm["setup_rounds"] == inertia["setup_rounds"]
     # 3 clients, 2 centers, 2 features, and the local iteration count (one int64)
-    assert comm["bytes_up"] == 3 * (2 * 2 * 8 + 8)
-    assert comm["bytes_down"] == 3 * 3 * 2 * 8  # global centers to each client
-    assert comm["bytes_peer"] == 0
+    assert comm["bytes_up"] == 3 * (2 * 2 * 8 + 8) + inertia["bytes_up"]
+    # global centers to each client
+    assert comm["bytes_down"] == 3 * 3 * 2 * 8 + inertia["bytes_down"]
+    assert comm["bytes_peer"] == inertia["bytes_peer"]
+    assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-12)
 
 
 def test_local_cluster_count_errors():

@@ -6,6 +6,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import KumarFederatedKMeans
+from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
 from skfedclust.methods._kumar import kumar_server_recluster
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -13,11 +14,14 @@ from skfedclust.utils.protocol_checks import check_protocol
 def test_kumar_rounds_and_messages():
     X, y = make_blobs(300, centers=3, cluster_std=0.5, random_state=0)
     km = KumarFederatedKMeans(3, n_rounds=4, partition=3, random_state=0).fit(X)
-    assert km.communication_["rounds"] == 4
-    # Each round: k x d float64 centroids up, k x d down, per client.
+    inertia = inertia_cost(3)
+    assert km.communication_["rounds"] == 4 + inertia["rounds"]
+    # Each round: k x d float64 centroids up, k x d down, per client; then
+    # the labels and the inertia's secure sums.
     per = km.communication_["per_client"]
-    assert per["bytes_up"].tolist() == [4 * 3 * 2 * 8] * 3
-    assert per["bytes_down"].tolist() == [4 * 3 * 2 * 8] * 3
+    assert per["bytes_up"].tolist() == [4 * 3 * 2 * 8 + inertia["bytes_up"] // 3] * 3
+    assert per["bytes_down"].tolist() == [4 * 3 * 2 * 8 + inertia["bytes_down"] // 3] * 3
+    assert km.inertia_ == pytest.approx(-km.score(X), rel=1e-12)
     assert adjusted_rand_score(y, km.labels_) == 1.0
     assert np.array_equal(km.predict(X), km.labels_)
 
@@ -47,19 +51,22 @@ def test_kumar_protocol_rounds_and_bytes(weighted):
     sent = sum(min(k, len(c)) for c in clients)
     # T rounds. Up per round: sent x d float64 centroids, plus one int64 count
     # per centroid when weighted. Down per round: k x d global centroids to
-    # each client.
+    # each client. Then the labels and the inertia's secure sums.
     per_centroid = d * 8 + (8 if weighted else 0)
+    inertia = inertia_cost(m)
     runtime = check_protocol(
         KumarFederatedKMeans(k, n_rounds=T, weighted=weighted, random_state=0),
         clients,
-        rounds=T,
-        bytes_up=T * sent * per_centroid,
-        bytes_down=T * m * k * d * 8,
-        bytes_peer=0,
+        rounds=T + inertia["rounds"],
+        bytes_up=T * sent * per_centroid + inertia["bytes_up"],
+        bytes_down=T * m * k * d * 8 + inertia["bytes_down"],
+        bytes_peer=inertia["bytes_peer"],
     )
-    assert runtime.ledger.report()["setup_rounds"] == 0
+    assert runtime.ledger.report()["setup_rounds"] == inertia["setup_rounds"]
     # The counts reach the server only when the clients sent them.
-    for _step, (uploads,), public in runtime.server_inputs:
+    kumar = [i for i in runtime.server_inputs if i[0] == "kumar_server_step"]
+    assert len(kumar) == T
+    for _step, (uploads,), public in kumar:
         for payload in uploads.values():
             assert isinstance(payload, tuple) == weighted
         assert public["weighted"] == weighted

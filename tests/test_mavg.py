@@ -8,6 +8,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import MAvg
+from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
 from skfedclust.methods._mavg import matched_average
 from skfedclust.partition import DirichletPartition, IIDPartition
 from skfedclust.utils.protocol_checks import check_protocol
@@ -58,7 +59,7 @@ def test_matched_average_single_pass_and_refined_fixed_point():
 def test_mavg_recovers_separated_centers(partition):
     X, y, truth = _separated_blobs()
     est = MAvg(6, partition=partition, random_state=0).fit(X, y)
-    assert est.communication_["rounds"] == 1
+    assert est.communication_["rounds"] == 1 + inertia_cost(5)["rounds"]
     assert est.reference_client_ == 0
     if isinstance(partition, IIDPartition):
         assert _max_matched_error(truth, est.cluster_centers_) < 0.3
@@ -92,13 +93,15 @@ def test_mavg_protocol_one_round_centers_up_global_centers_down():
     k, d, m = 6, X.shape[1], len(clients)
     # One round. Up: each client's k x d float64 centers and its local
     # iteration count (one int64). Down: the k x d global centers to each client.
+    # Then the labels and the inertia's secure sums.
+    inertia = inertia_cost(m)
     runtime = check_protocol(
         MAvg(k, random_state=0),
         clients,
-        rounds=1,
-        bytes_up=m * (k * d * 8 + 8),
-        bytes_down=m * k * d * 8,
-        bytes_peer=0,
+        rounds=1 + inertia["rounds"],
+        bytes_up=m * (k * d * 8 + 8) + inertia["bytes_up"],
+        bytes_down=m * k * d * 8 + inertia["bytes_down"],
+        bytes_peer=inertia["bytes_peer"],
     )
     # The server gets the centers and the iteration count, nothing else (no sizes).
     (step, (uploads,), public) = runtime.server_inputs[0]
@@ -113,12 +116,13 @@ def test_mavg_protocol_small_client_sends_fewer_centers():
     k, d = 6, X.shape[1]
     # A client sends one center per non-empty local cluster: min(k, its rows) here.
     sent = [min(k, len(c)) for c in clients]
+    inertia = inertia_cost(len(clients))
     check_protocol(
         MAvg(k, random_state=0),
         clients,
-        rounds=1,
-        bytes_up=sum(sent) * d * 8 + 8 * len(clients),
-        bytes_down=len(clients) * k * d * 8,
+        rounds=1 + inertia["rounds"],
+        bytes_up=sum(sent) * d * 8 + 8 * len(clients) + inertia["bytes_up"],
+        bytes_down=len(clients) * k * d * 8 + inertia["bytes_down"],
     )
 
 

@@ -265,3 +265,34 @@ def test_a_sum_over_one_client_is_that_clients_vector(clients):
     )
     np.testing.assert_array_equal(total, [len(rows[3 if clients else 0]), 1])
     assert survivors == (clients or [0])
+
+
+def deviations_kept(data, inbox, state, party):
+    center = inbox["center"]
+    return Reply(send=data - center, keep={"center": center}, output={"seen": len(data)})
+
+
+def summed_deviations_from_kept(data, inbox, state, party):
+    return Reply(send=(data - state["center"]).sum(axis=0))
+
+
+def test_set_up_before_a_message_and_a_bound_keeps_what_its_step_keeps():
+    # Every client step takes the messages delivered since its party's last
+    # step: set-up first, then the message; the bound's step keeps the
+    # center for the sum's step, and its output reaches the party's user.
+    from skfedclust.secure import agree_bound
+
+    X, rows, runtime = _runtime()
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.setup()
+    aggregator.setup()
+    assert runtime.ledger.report()["setup_rounds"] == 1
+    center = X.mean(axis=0)
+    runtime.broadcast(center, tag="center")
+    bound = agree_bound(aggregator, deviations_kept, tag="bound")
+    total, _ = aggregator.sum(
+        summed_deviations_from_kept, tag="sum", bounds=bound * max(len(r) for r in rows)
+    )
+    np.testing.assert_allclose(total, (X - center).sum(axis=0), atol=1e-9)
+    assert bound >= np.abs(X - center).max()
+    assert [o["seen"] for o in runtime.party_outputs()] == [len(r) for r in rows]

@@ -25,6 +25,7 @@ from ..federation import (
 )
 from ..federation._inputs import check_client_array, input_form
 from ..partition import IIDPartition
+from ._centroid_steps import pooled_inertia
 
 __all__ = ["BaseFederatedClustering", "CentroidPredictMixin", "input_form"]
 
@@ -144,7 +145,7 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
 
 
 class CentroidPredictMixin:
-    """``predict`` by nearest center in ``cluster_centers_``."""
+    """``predict`` by nearest center in ``cluster_centers_``; ``score`` by inertia."""
 
     def predict(self, X):
         """Assign each sample to its nearest cluster center.
@@ -162,3 +163,27 @@ class CentroidPredictMixin:
         check_is_fitted(self, "cluster_centers_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return nearest_center(X, self.cluster_centers_)
+
+    def score(self, X, y=None):
+        """Opposite of the inertia of ``X`` on the fitted centers.
+
+        Computed here, on ``X``: the caller holds these rows. For the
+        federated training data, ``inertia_`` is the same value, obtained by
+        a secure sum during ``fit``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        y : Ignored
+            Not used, present for API consistency.
+
+        Returns
+        -------
+        score : float
+            Minus the sum of squared distances of the rows to their nearest
+            center in ``cluster_centers_`` (higher is better).
+        """
+        check_is_fitted(self, "cluster_centers_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return -pooled_inertia(X, self.cluster_centers_)

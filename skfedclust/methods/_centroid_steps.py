@@ -10,8 +10,18 @@ import numpy as np
 
 from ..clusterers import nearest_center
 from ..federation import Reply
+from ..secure import SecureAggregator, agree_bound, default_degree
 
-__all__ = ["label_by_nearest_center", "lloyd_statistics"]
+__all__ = [
+    "inertia_message",
+    "label_and_inertia",
+    "label_by_nearest_center",
+    "lloyd_statistics",
+    "nearest_center_inertia",
+    "pooled_inertia",
+    "secure_inertia",
+    "secure_inertia_communication",
+]
 
 
 def label_by_nearest_center(data, inbox, state, party, *, centers_tag="global centers"):
@@ -35,3 +45,164 @@ def lloyd_statistics(data, inbox, state, party, *, centers_tag="global centers")
     np.add.at(sums, labels, data - centers[0])
     counts = np.bincount(labels, minlength=len(centers))
     return Reply(send=(sums, counts), keep={"labels": labels})
+
+
+# ---------------------------------------------------------------- inertia
+def pooled_inertia(X, centers):
+    """Sum of squared distances of the rows of ``X`` to their nearest center.
+
+    Each distance is taken from the difference of the row and its center, so
+    a large common offset costs no precision; it is ``inf`` only when a
+    squared distance overflows float64.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    if X.shape[0] == 0:
+        return 0.0
+    labels = nearest_center(X, centers)
+    with np.errstate(over="ignore"):
+        diff = X - centers[labels]
+        return float(np.einsum("ij,ij->", diff, diff))
+
+
+def inertia_message(data, centers):
+    """``(inertia, overflowed)`` of ``data`` on ``centers``, the message of the inertia sums."""
+    inertia = pooled_inertia(data, centers)
+    overflow = not np.isfinite(inertia)
+    # A non-finite value cannot be encoded in fixed point: it is flagged as
+    # an integer and counted as 0, and the total becomes inf.
+    value = np.array([0.0 if overflow else inertia])
+    return value, np.array([int(overflow)], dtype=np.int64)
+
+
+def nearest_center_inertia(data, inbox, state, party, *, centers_tag="final centers"):
+    """Client step: the client's squared distances to its nearest centers, summed.
+
+    Sends ``(inertia, overflowed)``: one float64, and one int64 that is 1 when
+    a squared distance overflows float64 (the float is then 0). The centers
+    are those received under ``centers_tag``, or kept under it by an earlier
+    step (:func:`label_and_inertia`).
+    """
+    centers = inbox[centers_tag] if centers_tag in inbox else state[centers_tag]
+    return Reply(send=inertia_message(data, centers))
+
+
+def label_and_inertia(data, inbox, state, party, *, centers_tag="final centers"):
+    """Client step: label the rows by nearest center (output) and send their inertia.
+
+    The labels are the client's output, as in :func:`label_by_nearest_center`;
+    it sends :func:`nearest_center_inertia`'s message and keeps the centers
+    for the next step of the secure sum.
+    """
+    centers = inbox[centers_tag]
+    return Reply(
+        send=inertia_message(data, centers),
+        keep={centers_tag: centers},
+        output={"labels": nearest_center(data, centers)},
+    )
+
+
+def secure_inertia(
+    runtime,
+    random_state,
+    centers,
+    *,
+    centers_tag="final centers",
+    step=label_and_inertia,
+    messages=None,
+    **public,
+):
+    """Send the final centers, label the rows, and get their inertia from secure sums.
+
+    Each client sums the squared distances of its rows to their nearest
+    center; the server learns the total and nothing else of a client's share:
+
+    1. set-up of a :class:`~skfedclust.secure.SecureAggregator` (pairwise
+       seeds between neighbours), then the centers (and ``messages``) down;
+    2. a public bound on a client's inertia, from
+       :func:`~skfedclust.secure.agree_bound` (the server learns how many
+       clients' inertias fall in each binary range, not whose). Its client
+       step, ``step``, also hands the client's labels to its user: the final
+       labelling costs no round of its own;
+    3. a secure sum of the inertias under that bound.
+
+    Communication: one set-up round and four rounds (two per secure sum),
+    plus the centers' download; bytes in :func:`secure_inertia_communication`.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime.
+    random_state : numpy.random.RandomState
+        The server's generator: draws the public seed of the aggregation graph.
+    centers : ndarray of shape (n_centers, n_features)
+        The final centers, broadcast under ``centers_tag``.
+    centers_tag : str, default="final centers"
+        Tag of the centers' message.
+    step : callable, default=label_and_inertia
+        Client step of the bound's exchange: sends ``(inertia, overflowed)``
+        as :func:`nearest_center_inertia` does, keeps the centers under
+        ``centers_tag`` and outputs the client's labels.
+    messages : dict, default=None
+        Further server messages the step reads, ``{tag: {client: payload}}``,
+        sent after the set-up and before the step.
+    **public
+        Further public constants of ``step``.
+
+    Returns
+    -------
+    inertia : float
+        Sum of squared distances of every row to its nearest center; ``inf``
+        if a client's squared distances overflow float64.
+    """
+    seed = int(random_state.randint(np.iinfo(np.int32).max))
+    aggregator = SecureAggregator(runtime, seed=seed)
+    # The set-up exchange would consume the centers if they were sent first.
+    aggregator.setup()
+    runtime.broadcast(centers, tag=centers_tag)
+    for tag, payloads in (messages or {}).items():
+        runtime.send(payloads, tag=tag)
+    runtime.stage("client step: labels; secure sums: a bound on the inertia, the inertia")
+    bound = agree_bound(aggregator, step, tag="inertia bound", centers_tag=centers_tag, **public)
+    (total, overflowed), _ = aggregator.sum(
+        nearest_center_inertia, tag="inertia", bounds=[bound or 1.0, None], centers_tag=centers_tag
+    )
+    return float("inf") if overflowed[0] else float(total[0])
+
+
+def secure_inertia_communication(n_clients):
+    """What :func:`secure_inertia` sends with every client answering.
+
+    With ``q`` neighbours per client on the aggregation graph (``n_clients -
+    1`` up to 5 clients, else the even degree of
+    :func:`~skfedclust.secure.default_degree`), ``m = n_clients``: set-up
+    (none for one client), ``16 m q / 2`` peer bytes (one seed per edge);
+    each of the two secure sums sends, per client, its masked vector and its
+    description up, a 32-byte self-mask share to each neighbour and, when
+    unmasking, the ``q`` shares it holds up (``32 q``), and the server
+    announces the ``m`` survivors to every client (``8 m`` down each). The
+    bound's vector is 2101 int64 (one per binary exponent of a float64;
+    described in 16 bytes), the inertia's one float64 and one int64
+    (described in 39 bytes). The centers' download is not included.
+
+    Parameters
+    ----------
+    n_clients : int
+        Number of clients.
+
+    Returns
+    -------
+    communication : dict
+        ``rounds``, ``setup_rounds``, ``bytes_up``, ``bytes_down``, ``bytes_peer``.
+    """
+    m = int(n_clients)
+    degree = default_degree(m)
+    q = m - 1 if degree >= m - 1 else degree - degree % 2
+    vectors = (8 * 2101 + 16) + (8 * 2 + 39)
+    return {
+        "rounds": 4,
+        "setup_rounds": int(m > 1),
+        "bytes_up": m * vectors + 2 * m * 32 * q,
+        "bytes_down": 2 * m * 8 * m,
+        "bytes_peer": 16 * m * q // 2 + 2 * m * 32 * q,
+    }

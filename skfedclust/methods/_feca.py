@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from ..clusterers import local_kmeans as _local_kmeans
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import label_by_nearest_center, lloyd_statistics
+from ._centroid_steps import lloyd_statistics, secure_inertia
 
 __all__ = [
     "FeCA",
@@ -566,6 +566,11 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         returns the same few centroids); a ``UserWarning`` is raised then.
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
+    inertia_ : float
+        Sum of squared distances of the training rows to their nearest
+        center, from a secure sum at the end of the fit (the server learns
+        the total, not a client's share); :meth:`score` gives it for rows
+        the caller holds.
     local_centers_ : list of ndarray
         Centroids each client uploaded (after removing one-fit-many ones).
     radii_ : list of ndarray
@@ -580,7 +585,9 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`.
+        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        round (two with ``final_lloyd_step``), then four for the labels and
+        the inertia (two secure sums) and one set-up round.
     n_iter_ : int
         Largest number of Lloyd iterations run by a client's local k-means.
     n_features_in_ : int
@@ -611,8 +618,8 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import FeCA
     >>> X, _ = make_blobs(600, centers=4, cluster_std=0.5, random_state=0)
     >>> est = FeCA(n_clusters=4, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]
-    ((4, 2), 1)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
+    ((4, 2), 5)
     >>> len(est.local_centers_), len(est.radii_)
     (3, 3)
     """
@@ -709,19 +716,17 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
                 UserWarning,
                 stacklevel=3,
             )
-        runtime.broadcast(centers, tag="global centers")
         self.feca_centers_ = centers
         centers_tag = "global centers"
 
         if self.final_lloyd_step:
+            runtime.broadcast(centers, tag=centers_tag)
             runtime.stage("one federated Lloyd step on the FeCA centers")
             stats = runtime.run(lloyd_statistics, tag="sums and counts")
             centers = runtime.server(lloyd_server_update, stats, centers=centers)
             centers_tag = "refined centers"
-            runtime.broadcast(centers, tag=centers_tag)
 
-        runtime.stage("client step: nearest-center labels")
-        runtime.run(label_by_nearest_center, tag="labels", centers_tag=centers_tag)
+        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag=centers_tag)
         self.cluster_centers_ = centers
         self.n_clusters_ = len(centers)
         # What the clients sent, diagnostics included: the server saw it all.

@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..clusterers import fuzzy_memberships
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import label_by_nearest_center
+from ._centroid_steps import secure_inertia
 
 # ``fuzzy_memberships`` is re-exported: the package's one membership rule
 # lives in :mod:`skfedclust.clusterers`.
@@ -162,6 +162,12 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Local centers each client uploaded in the last round.
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
+    inertia_ : float
+        Hard-assignment inertia of the final centers: the sum of squared
+        distances of the training rows to their nearest center (not the
+        fuzzy objective), from a secure sum at the end of the fit (the server
+        learns the total, not a client's share); :meth:`score` gives it for
+        rows the caller holds.
     n_iter_ : int
         Rounds run (``n_rounds``).
     n_clients_ : int
@@ -170,7 +176,9 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Rows held by each client.
     communication_ : dict
         Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. Rounds are
-        ``n_rounds``, plus one for the seeding exchange when ``init="k-means++"``.
+        ``n_rounds``, plus one for the seeding exchange when ``init="k-means++"``,
+        plus four for the labels and the inertia (two secure sums) and one
+        set-up round.
     n_features_in_ : int
         Number of features seen during fit.
 
@@ -304,11 +312,10 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
                 v2_weighted=self.v2_weighted,
                 seed=server_seed,
             )
-            last = t == self.n_rounds
-            runtime.broadcast(centers, tag="final centers" if last else "global centers")
+            if t < self.n_rounds:
+                runtime.broadcast(centers, tag="global centers")
 
-        runtime.stage("client step: nearest-center labels")
-        runtime.run(label_by_nearest_center, tag="labels", centers_tag="final centers")
+        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="final centers")
         self.cluster_centers_ = centers
         self.local_centers_ = [np.asarray(p[0]) for p in uploads.list()]
         self.n_iter_ = self.n_rounds

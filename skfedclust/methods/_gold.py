@@ -43,6 +43,7 @@ from ..federation import Reply
 from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
 from ._base import BaseFederatedClustering
+from ._centroid_steps import inertia_message, pooled_inertia, secure_inertia
 
 __all__ = ["GOLDClustering", "GOLDServerResult", "gold_server_cluster"]
 
@@ -90,6 +91,21 @@ def gold_inherit_labels(data, inbox, state, party):
     """
     global_labels = np.asarray(inbox["micro-cluster labels"])
     return Reply(output={"labels": global_labels[state["micro_labels"]]})
+
+
+def gold_labels_and_inertia(data, inbox, state, party, *, centers_tag):
+    """Client step: inherit the labels (:func:`gold_inherit_labels`) and send the inertia.
+
+    The inertia is that of the client's rows on their nearest global
+    prototype, in the input's units (the prototypes arrive under
+    ``centers_tag``), for a secure sum; the prototypes are kept for its
+    next step.
+    """
+    reply = gold_inherit_labels(data, inbox, state, party)
+    centers = inbox[centers_tag]
+    return Reply(
+        send=inertia_message(data, centers), keep={centers_tag: centers}, output=reply.output
+    )
 
 
 # ---------------------------------------------------------------- server side
@@ -336,6 +352,13 @@ class GOLDClustering(BaseFederatedClustering):
     ----------
     labels_ : ndarray of shape (n_samples,)
         Global label of every input row (its micro-cluster's).
+    inertia_ : float
+        Sum of squared distances of the training rows to their nearest
+        prototype of ``cluster_centers_`` (in the input's units), from a
+        secure sum at the end of the fit (the server learns the total, not a
+        client's share). A row's label is its micro-cluster's, which need not
+        be its nearest prototype's. :meth:`score` gives it for rows the
+        caller holds.
     cluster_centers_ : ndarray of shape (n_clusters_found, n_features)
         Global prototypes: the unweighted mean of the member micro-centroids,
         in the input's units.
@@ -368,7 +391,9 @@ class GOLDClustering(BaseFederatedClustering):
     communication_ : dict
         Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`.
         One upload of ``k_i x d`` float64 micro-centroids per client and a
-        download of ``k_i`` int64 labels, plus the standardization pre-round.
+        download of ``k_i`` int64 labels, plus the standardization pre-round;
+        then the prototypes down and four rounds (two secure sums, after one
+        set-up round) for ``inertia_``.
     n_features_in_ : int
         Number of features seen during fit.
 
@@ -412,8 +437,8 @@ class GOLDClustering(BaseFederatedClustering):
     >>> gold = GOLDClustering(n_clusters=3, remc_n_init=10, random_state=0).fit(X)
     >>> gold.cluster_centers_.shape, gold.n_clients_
     ((3, 2), 8)
-    >>> gold.communication_["rounds"]  # the standardization pre-round, then one upload
-    2
+    >>> gold.communication_["rounds"]  # standardization, one upload, 4 for inertia_
+    6
     """
 
     _parameter_constraints: dict = {
@@ -527,14 +552,20 @@ class GOLDClustering(BaseFederatedClustering):
             n_retries=self.n_retries,
             random_state=random_state,
         )
-        runtime.send(dict(enumerate(client_labels)), tag="micro-cluster labels")
-        runtime.stage("client step: every row inherits its micro-cluster's label")
-        runtime.run(gold_inherit_labels, tag="labels")
-
-        local = [np.asarray(c) for c, _ in uploads.list()]
         self.mean_, self.scale_ = mean, scale
         self._centers_fitted = result.centers
         self.cluster_centers_ = self._to_input_units(result.centers)
+        runtime.stage("client step: every row inherits its micro-cluster's label")
+        self.inertia_ = secure_inertia(
+            runtime,
+            random_state,
+            self.cluster_centers_,
+            centers_tag="global prototypes",
+            step=gold_labels_and_inertia,
+            messages={"micro-cluster labels": dict(enumerate(client_labels))},
+        )
+
+        local = [np.asarray(c) for c, _ in uploads.list()]
         self.local_centers_ = [self._to_input_units(c) for c in local]
         self.n_local_clusters_ = np.array([len(c) for c in local], dtype=np.int64)
         self.level_n_clusters_ = result.level_n_clusters
@@ -570,3 +601,26 @@ class GOLDClustering(BaseFederatedClustering):
         if self.mean_ is not None:
             X = (X - self.mean_) / self.scale_
         return nearest_center(X, self._centers_fitted)
+
+    def score(self, X, y=None):
+        """Opposite of the inertia of ``X`` on the global prototypes, in the input's units.
+
+        Computed here, on ``X``: the caller holds these rows. On the
+        federated training data it equals ``-inertia_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        y : Ignored
+            Not used, present for API consistency.
+
+        Returns
+        -------
+        score : float
+            Minus the sum of squared distances of the rows to their nearest
+            prototype in ``cluster_centers_``.
+        """
+        check_is_fitted(self, "cluster_centers_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return -pooled_inertia(X, self.cluster_centers_)

@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..clusterers import awasthi_sheffet_kmeans, center_means, local_kmeans, nearest_center
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import label_by_nearest_center
+from ._centroid_steps import secure_inertia
 
 __all__ = ["KFed"]
 
@@ -102,7 +102,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     ``n_clusters`` seeds, and runs Lloyd's algorithm on the pooled local centers
     to convergence, as the authors' code does. The global centers are sent back
     and each client labels its rows by nearest center. One round of
-    communication.
+    communication, then secure sums for ``inertia_``.
 
     The paper's local solver is Awasthi and Sheffet's k-means (a projection on
     the top singular vectors, one k-means++ start, a 1:3 pruning, then Lloyd):
@@ -165,12 +165,19 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
         Centers uploaded by each client.
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
+    inertia_ : float
+        Sum of squared distances of the training rows to their nearest
+        center, from a secure sum at the end of the fit (the server learns
+        the total, not a client's share); :meth:`score` gives it for rows
+        the caller holds.
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`.
+        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        round for the centers, four for the labels and the inertia (two
+        secure sums) and one set-up round.
     n_iter_ : int
         Largest number of Lloyd iterations run by a client's local k-means.
     n_features_in_ : int
@@ -188,8 +195,8 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> clients = [X[:100], X[100:200], X[200:]]
     >>> est = KFed(n_clusters=3, random_state=0).fit(clients)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]
-    ((3, 2), 1)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
+    ((3, 2), 5)
     """
 
     _parameter_constraints: dict = {
@@ -280,8 +287,8 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
             weighted=self.weighted,
             max_iter=self.max_iter,
         )
-        runtime.broadcast(self.cluster_centers_, tag="global centers")
-        runtime.stage("client step: nearest-center labels")
-        runtime.run(label_by_nearest_center, tag="labels")
+        self.inertia_ = secure_inertia(
+            runtime, random_state, self.cluster_centers_, centers_tag="global centers"
+        )
         self.local_centers_ = [p[0] for p in uploads.list()]
         self.n_iter_ = int(max(p[-1] for p in uploads.list()))

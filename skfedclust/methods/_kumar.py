@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval
 from ..clusterers import local_kmeans
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import label_by_nearest_center
+from ._centroid_steps import secure_inertia
 
 __all__ = ["KumarFederatedKMeans"]
 
@@ -130,6 +130,11 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
         Global centroids after the last round.
     labels_ : ndarray of shape (n_samples,)
         Nearest-centroid label of each input row.
+    inertia_ : float
+        Sum of squared distances of the training rows to their nearest
+        center, from a secure sum at the end of the fit (the server learns
+        the total, not a client's share); :meth:`score` gives it for rows
+        the caller holds.
     n_iter_ : int
         Number of rounds run.
     n_clients_ : int
@@ -151,7 +156,8 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     Communication: ``n_rounds`` rounds; in each, every client uploads at most
     ``n_clusters`` centroids (its rows if it holds no more) plus, when
     ``weighted``, as many int64 counts, and downloads the ``n_clusters``
-    global centroids.
+    global centroids. Then four rounds (two secure sums, after one set-up
+    round) label the rows and give ``inertia_``.
 
     **Unweighted re-clustering can collapse.** As described, the server's
     k-means gives every client centroid the same weight, whatever the number of
@@ -181,8 +187,8 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import KumarFederatedKMeans
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> km = KumarFederatedKMeans(n_clusters=3, n_rounds=5, random_state=0).fit(X)
-    >>> km.cluster_centers_.shape, km.communication_["rounds"]
-    ((3, 2), 5)
+    >>> km.cluster_centers_.shape, km.communication_["rounds"]  # 5 + 4 for inertia_
+    ((3, 2), 9)
     """
 
     _parameter_constraints: dict = {
@@ -247,9 +253,11 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
                 n_init=self.n_init,
                 seed=random_state.randint(np.iinfo(np.int32).max),
             )
-            runtime.broadcast(centers, tag="global centroids")
+            if r + 1 < self.n_rounds:
+                runtime.broadcast(centers, tag="global centroids")
 
-        runtime.stage("client step: nearest-centroid labels")
-        runtime.run(label_by_nearest_center, tag="labels", centers_tag="global centroids")
+        self.inertia_ = secure_inertia(
+            runtime, random_state, centers, centers_tag="global centroids"
+        )
         self.cluster_centers_ = centers
         self.n_iter_ = self.n_rounds

@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..clusterers import local_kmeans, squared_distances
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import label_by_nearest_center
+from ._centroid_steps import secure_inertia
 
 __all__ = ["MAvg", "matched_average"]
 
@@ -114,8 +114,9 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     centers. The server takes one client's centers as reference slots, matches
     every client's centers to the slots with the Hungarian method (Euclidean
     cost) and outputs, per slot, the unweighted mean of the matched centers.
-    One round of communication. It is the "M-Avg" baseline of the FeCA paper,
-    which describes it in one sentence; the details here are a reconstruction.
+    One round of communication, then secure sums for ``inertia_``. It is the
+    "M-Avg" baseline of the FeCA paper, which describes it in one sentence;
+    the details here are a reconstruction.
 
     Read more in the :ref:`User Guide <feca>`.
 
@@ -162,12 +163,19 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
         Client whose centers defined the slots.
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
+    inertia_ : float
+        Sum of squared distances of the training rows to their nearest
+        center, from a secure sum at the end of the fit (the server learns
+        the total, not a client's share); :meth:`score` gives it for rows
+        the caller holds.
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`.
+        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        round for the centers, four for the labels and the inertia (two
+        secure sums) and one set-up round.
     n_iter_ : int
         Largest number of Lloyd iterations run by a client's k-means.
     n_features_in_ : int
@@ -189,8 +197,8 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import MAvg
     >>> X, _ = make_blobs(600, centers=3, cluster_std=0.5, random_state=0)
     >>> est = MAvg(n_clusters=3, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]
-    ((3, 2), 1)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
+    ((3, 2), 5)
     """
 
     _parameter_constraints: dict = {
@@ -261,9 +269,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
                 UserWarning,
                 stacklevel=4,
             )
-        runtime.broadcast(centers, tag="global centers")
-        runtime.stage("client step: nearest-center labels")
-        runtime.run(label_by_nearest_center, tag="labels")
+        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="global centers")
         self.cluster_centers_ = centers
         self.n_clusters_ = len(centers)
         self.local_centers_ = local

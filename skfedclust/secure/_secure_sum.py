@@ -511,7 +511,14 @@ class SecureAggregator:
         self.n_sums = 0
         self._set_up = False
 
-    def _setup(self):
+    def setup(self):
+        """Agree on the pairwise seeds now (one set-up exchange; later calls do nothing).
+
+        The first :meth:`sum` does it otherwise. Call it before the server
+        sends what the first sum's step reads: every client step takes the
+        messages delivered to its party since the party's last step, so the
+        set-up exchange would take them.
+        """
         if self._set_up:
             return
         self.runtime.stage("secure sum: pairwise seeds between neighbours (set-up)")
@@ -549,7 +556,7 @@ class SecureAggregator:
         """
         from ..federation._runtime import client_step_name
 
-        self._setup()
+        self.setup()
         runtime = self.runtime
         participants = list(range(runtime.n_clients)) if clients is None else sorted(clients)
         sum_index = self.n_sums
@@ -633,7 +640,9 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public):
     exponent = math.frexp(largest)[1] if largest > 0 else _MIN_EXPONENT
     onehot = np.zeros(_MAX_EXPONENT - _MIN_EXPONENT + 1, dtype=np.int64)
     onehot[exponent - _MIN_EXPONENT] = 1
-    return Reply(send=onehot)
+    # What ``inner`` keeps or outputs is kept and output as usual: a later
+    # step may need the messages this one consumed.
+    return Reply(send=onehot, keep=reply.keep, output=reply.output)
 
 
 def agree_bound(aggregator, step, *, tag, clients=None, **public):
