@@ -111,6 +111,7 @@ def main(grid: Grid, context: Context) -> None:
 
     from skfedclust.flower import fit_on_flower
 
+    started = time.perf_counter()
     fit_on_flower(
         estimator,
         grid,
@@ -120,6 +121,7 @@ def main(grid: Grid, context: Context) -> None:
         connect_timeout=connect_timeout,
         poll_interval=float(config["poll-interval"]),
     )
+    seconds = time.perf_counter() - started
     out.mkdir(parents=True, exist_ok=True)
     import joblib
 
@@ -131,6 +133,7 @@ def main(grid: Grid, context: Context) -> None:
         "transport": estimator.transport_,
         "nodes": estimator.client_nodes_,
         "rows_written_by_each_node": estimator.client_outputs_,
+        "fit_seconds": seconds,
     }
     (out / "summary.json").write_text(json.dumps(_plain(summary), indent=2))
     print(f"{summary['method']}: centers and ledger saved in {out.resolve()}")
