@@ -27,6 +27,10 @@ from skfedclust.methods._centroid_steps import secure_inertia_communication as i
 from skfedclust.methods._gold import gold_server_cluster
 from skfedclust.utils.protocol_checks import check_protocol, recording_runtime
 
+#: The paper's settings (and those of the authors' implementation): the tests that rebuild
+#: a step of the published protocol by hand use them.
+PAPER = dict(local_init=0.5, remc_n_init=1, refine=False, visit_order="storage")
+
 
 def _clients(n=240, k=3, d=2, m=4, std=0.6, seed=0):
     X, y = make_blobs(n, n_features=d, centers=k, cluster_std=std, random_state=seed)
@@ -82,7 +86,7 @@ def test_worked_vectors_of_the_spec():
 def test_standardization_uses_pooled_moments_and_clients_zscore_before_fcpl():
     clients, _ = _clients(d=3)
     clients = [c * [1.0, 50.0, 0.01] + [3.0, -7.0, 1e3] for c in clients]
-    est = GOLDClustering(3, random_state=0)
+    est = GOLDClustering(3, random_state=0, **PAPER)
     runtime = _fit_recorded(est, clients)
     pooled = np.vstack(clients)
     np.testing.assert_allclose(est.mean_, pooled.mean(axis=0), rtol=1e-12)
@@ -96,7 +100,7 @@ def test_standardization_uses_pooled_moments_and_clients_zscore_before_fcpl():
 
 def test_without_standardization_clients_run_fcpl_on_their_raw_rows():
     clients, _ = _clients()
-    est = GOLDClustering(3, standardize=False, random_state=0)
+    est = GOLDClustering(3, standardize=False, random_state=0, **PAPER)
     runtime = _fit_recorded(est, clients)
     assert est.mean_ is None and est.scale_ is None
     # The upload, then the labels and the inertia's secure sums (set-up, two sums).
@@ -132,7 +136,8 @@ def test_standardization_changes_the_result_on_badly_scaled_features():
 def test_each_client_uploads_its_fcpl_micro_centroids_once(local_init):
     clients, _ = _clients()
     est = GOLDClustering(3, local_init=local_init, learning_rate=0.07, max_iter=12,
-                         standardize=False, random_state=1)  # fmt: skip
+                         standardize=False, refine=False, visit_order="storage",
+                         random_state=1)  # fmt: skip
     runtime = _fit_recorded(est, clients)
     for i, Xi in enumerate(clients):
         local = fine_grained_cpl(
@@ -151,7 +156,7 @@ def test_each_client_uploads_its_fcpl_micro_centroids_once(local_init):
     assert sorted(m.sender for m in uploads) == list(range(len(clients)))
 
 
-def test_local_init_fraction_is_half_the_client_rows_by_default(monkeypatch):
+def test_local_init_default_grows_as_the_square_root_of_the_client_rows(monkeypatch):
     clients, _ = _clients(n=203, m=3)
     asked = []
     original = gold_module.fine_grained_cpl
@@ -162,7 +167,23 @@ def test_local_init_fraction_is_half_the_client_rows_by_default(monkeypatch):
 
     monkeypatch.setattr(gold_module, "fine_grained_cpl", spy)
     GOLDClustering(3, random_state=0).fit(clients)
+    assert asked == [(len(c), "sqrt") for c in clients]
+    asked.clear()
+    GOLDClustering(3, random_state=0, **PAPER).fit(clients)
     assert asked == [(len(c), 0.5) for c in clients]
+    # "sqrt": half the rows on small clients (the paper), 10 sqrt(n) on large ones.
+    from skfedclust.clusterers import _cpl
+
+    seeds = []
+    monkeypatch.setattr(
+        _cpl, "competitive_penalized_learning",
+        lambda X, k, **kw: seeds.append(k) or _cpl.CPLResult(
+            X[:1], np.zeros(len(X), int), np.ones((1, X.shape[1])), np.array([len(X)]), 0,
+            np.empty((0, 1), int), 0.0),
+    )  # fmt: skip
+    for n in (60, 400, 20_000):
+        fine_grained_cpl(np.arange(2.0 * n).reshape(n, 2), local_init="sqrt")
+    assert seeds == [30, 200, 1414]
 
 
 # --------------------------------------------------------------------------- #
@@ -180,7 +201,7 @@ def test_server_stacks_client_major_then_mcpl_then_remc(server_rng, monkeypatch)
     clients, _ = _clients(n=300, k=4, m=5)
     est = GOLDClustering(
         4, server_init=0.4, remc_n_init=3, remc_max_iter=7, remc_divergence="hellinger",
-        random_state=2,
+        refine=False, visit_order="storage", random_state=2,
     )  # fmt: skip
     est.fit(clients)
     T = np.vstack([(c - est.mean_) / est.scale_ for c in est.local_centers_])
@@ -216,7 +237,7 @@ def test_mcpl_levels_strictly_decrease_from_at_most_half_the_micro_centroids():
 @pytest.mark.parametrize("seed", range(3))
 def test_server_labels_are_a_fixed_point_of_remc_on_the_code(seed):
     clients, _ = _clients(n=400, k=5, m=4, std=1.5, seed=seed)
-    est = GOLDClustering(5, random_state=seed).fit(clients)
+    est = GOLDClustering(5, random_state=seed, **PAPER).fit(clients)
     codes, q = est.granular_codes_, est.server_labels_
     n_values = codes.max(axis=0) + 1
     modes = remc_modes(codes, q, 5, n_values)
@@ -227,12 +248,66 @@ def test_server_labels_are_a_fixed_point_of_remc_on_the_code(seed):
 
 def test_global_prototypes_are_unweighted_means_of_member_micro_centroids():
     clients, _ = _clients(n=300, k=3, m=4, std=1.0)
-    est = GOLDClustering(3, random_state=0).fit(clients)
+    est = GOLDClustering(3, random_state=0, **PAPER).fit(clients)
     T = np.vstack(est.local_centers_)
     for label in range(3):
         np.testing.assert_allclose(
             est.cluster_centers_[label], T[est.server_labels_ == label].mean(axis=0), atol=1e-12
         )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_refinement_is_weighted_kmeans_from_remcs_partition(server_rng, monkeypatch, seed):
+    # Not in the paper: k-means iterations on the micro-centroids, each weighted by the
+    # rows of its micro-cluster (uploaded with it), start from REMC's partition.
+    remc_labels = []
+    original = gold_module.remc
+
+    def spy(codes, n_clusters, **params):
+        res = original(codes, n_clusters, **params)
+        remc_labels.append(res.labels)
+        return res
+
+    monkeypatch.setattr(gold_module, "remc", spy)
+    clients, _ = _clients(n=400, k=4, m=4, std=1.5, seed=seed)
+    est = GOLDClustering(4, refine_n_init=0, random_state=seed)
+    runtime = _fit_recorded(est, clients)
+    T = server_rng["centers"]
+    sizes = np.concatenate([runtime.private_states()[i]["micro_sizes"] for i in range(4)])
+    np.testing.assert_array_equal(np.concatenate([u[2] for u in runtime.received[1].list()]), sizes)
+    C = est._centers_fitted
+    q = est.server_labels_
+    # A fixed point of weighted k-means: nearest prototype, prototypes = weighted means.
+    np.testing.assert_array_equal(((T[:, None] - C[None]) ** 2).sum(-1).argmin(1), q)
+    for label in range(4):
+        members = q == label
+        np.testing.assert_allclose(
+            C[label], np.average(T[members], axis=0, weights=sizes[members]), atol=1e-12
+        )
+    # ... reached from REMC's partition (of the distinct micro-centroids) by the iterations.
+    _, first, inverse = np.unique(T, axis=0, return_index=True, return_inverse=True)
+    assert len(first) == len(T)
+    u_remc = remc_labels[-1]
+    distinct, inverse_u = gold_module._distinct_rows(T, True, copy.deepcopy(server_rng["rng"]))
+    expected, _, n_iter = gold_module.refine_partition(
+        distinct, u_remc, 4, weights=np.bincount(inverse_u, weights=sizes)
+    )
+    np.testing.assert_array_equal(q, expected[inverse_u])
+    assert est.n_refine_iter_ == n_iter >= 1
+    off = GOLDClustering(4, refine=False, random_state=seed).fit(clients)
+    assert off.n_refine_iter_ == 0
+
+    # k-means++ starts next to REMC's (the default): the smallest weighted inertia wins.
+    def inertia(e):
+        C, q = e._centers_fitted, e.server_labels_
+        return float(sizes @ ((T - C[q]) ** 2).sum(axis=1))
+
+    full = GOLDClustering(4, random_state=seed).fit(clients)
+    np.testing.assert_array_equal(np.vstack(full.local_centers_), np.vstack(est.local_centers_))
+    assert inertia(full) <= inertia(est)
+    C = full._centers_fitted
+    np.testing.assert_array_equal(((T[:, None] - C[None]) ** 2).sum(-1).argmin(1),
+                                  full.server_labels_)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- #
@@ -277,7 +352,11 @@ def test_protocol_rounds_and_bytes(standardize):
         clients,
         rounds=1 + standardize + inertia["rounds"],
         bytes_up=lambda rt: (
-            8 * d * k_total(rt) + 8 * m + standardize * m * (8 + 16 * d) + inertia["bytes_up"]
+            8 * d * k_total(rt)
+            + 8 * m
+            + 8 * k_total(rt)  # the micro-cluster sizes, for the server's refinement
+            + standardize * m * (8 + 16 * d)
+            + inertia["bytes_up"]
         ),
         bytes_down=lambda rt: (
             8 * k_total(rt)
@@ -286,7 +365,8 @@ def test_protocol_rounds_and_bytes(standardize):
             + inertia["bytes_down"]
         ),
         bytes_peer=inertia["bytes_peer"],
-        private_keys=("labels", "micro_labels", "micro_sizes", "feature_weights"),
+        # The micro-cluster sizes are uploaded (for the refinement); the rest stays.
+        private_keys=("labels", "micro_labels", "feature_weights"),
     )
     assert est.communication_["rounds"] == 1 + standardize + inertia["rounds"]
     assert est.inertia_ == pytest.approx(-est.score(np.vstack(clients)), rel=1e-12)
@@ -437,7 +517,7 @@ def test_an_empty_remc_cluster_triggers_a_fresh_attempt(monkeypatch):
     clients, _ = _clients(n=300, k=3, m=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        est = GOLDClustering(3, random_state=0).fit(clients)
+        est = GOLDClustering(3, random_state=0, **PAPER).fit(clients)
     assert est.n_attempts_ == 2 and len(results) == 2
     np.testing.assert_array_equal(est.server_labels_, results[1].labels)
 
@@ -477,3 +557,108 @@ def test_runs_on_the_authors_us_split_in_the_papers_range():
     ]
     # Table IV: ARI 0.227 +- 0.12 on this split (client protocol).
     assert 0.227 - 0.12 < np.mean(aris) < 0.227 + 0.12
+
+
+# --------------------------------------------------------------------------- #
+# Defaults that do not depend on how the data are stored (not in the paper)
+# --------------------------------------------------------------------------- #
+def _shuffled(clients, seed):
+    # The same rows, each client's rows permuted, the clients in another order.
+    rng = np.random.RandomState(seed)
+    rows = [rng.permutation(len(c)) for c in clients]
+    order = rng.permutation(len(clients))
+    return [clients[i][rows[i]] for i in order], rows, order
+
+
+def _back(labels, clients, rows, order):
+    # Labels of the shuffled fit, in the rows' original places.
+    bounds = np.cumsum([0] + [len(clients[i]) for i in order])
+    out = [None] * len(clients)
+    for pos, i in enumerate(order):
+        out[i] = np.empty(len(clients[i]), dtype=labels.dtype)
+        out[i][rows[i]] = labels[bounds[pos] : bounds[pos + 1]]
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_permuting_rows_and_clients_changes_no_label(seed):
+    clients, _ = _clients(n=360, k=4, d=3, m=5, std=1.2, seed=seed)
+    shuffled, rows, order = _shuffled(clients, seed)
+    # Without standardization the run is exactly the same: same labels, same prototypes.
+    ref = GOLDClustering(4, standardize=False, random_state=seed).fit(clients)
+    other = GOLDClustering(4, standardize=False, random_state=seed).fit(shuffled)
+    np.testing.assert_array_equal(_back(other.labels_, clients, rows, order), ref.labels_)
+    np.testing.assert_array_equal(other.cluster_centers_, ref.cluster_centers_)
+    # The pooled moments are sums in another order (rounding only): the same partition.
+    ref = GOLDClustering(4, random_state=seed).fit(clients)
+    other = GOLDClustering(4, random_state=seed).fit(shuffled)
+    assert adjusted_rand_score(_back(other.labels_, clients, rows, order), ref.labels_) == 1.0
+    # The paper's storage order does depend on it (the reason for the default).
+    paper = [
+        GOLDClustering(4, standardize=False, random_state=seed, **PAPER).fit(c).labels_
+        for c in (clients, shuffled)
+    ]
+    assert not np.array_equal(_back(paper[1], clients, rows, order), paper[0])
+
+
+def test_copies_of_the_same_rows_on_different_clients_get_the_same_labels():
+    clients, _ = _clients(n=300, k=3, m=3, std=1.5)
+    rng = np.random.RandomState(0)
+    copy_rows = rng.permutation(len(clients[0]))
+    clients = [*clients, clients[0][copy_rows]]  # client 3 holds client 0's rows
+    for seed in range(5):
+        est = GOLDClustering(3, random_state=seed).fit(clients)
+        first = est.labels_[: len(clients[0])]
+        last = est.labels_[-len(clients[0]) :]
+        np.testing.assert_array_equal(last, first[copy_rows])
+        np.testing.assert_array_equal(est.local_centers_[3], est.local_centers_[0])
+
+
+def test_identical_rows_are_never_split():
+    X = np.tile([[1.0, 2.0, 3.0]], (60, 1))
+    with pytest.warns(UserWarning, match="only 1 distinct points.*identical rows are kept"):
+        est = GOLDClustering(3, partition=3, random_state=0).fit(X)
+    assert np.unique(est.labels_).tolist() == [0]
+    np.testing.assert_allclose(est.cluster_centers_, X[:1])
+    # Duplicated rows among others: every copy takes the same label.
+    clients, _ = _clients(n=300, k=3, m=3, std=1.5)
+    clients = [np.vstack([c, c[:20], c[:20]]) for c in clients]
+    est = GOLDClustering(3, random_state=0).fit(clients)
+    offset = 0
+    for c in clients:
+        labels = est.labels_[offset : offset + len(c)]
+        n = len(c) - 40
+        np.testing.assert_array_equal(labels[n : n + 20], labels[:20])
+        np.testing.assert_array_equal(labels[n + 20 :], labels[:20])
+        offset += len(c)
+
+
+@pytest.mark.parametrize("standardize", [True, False])
+def test_a_constant_column_changes_no_label(standardize):
+    clients, _ = _clients(n=300, k=3, d=3, m=4, std=1.2)
+    with_constant = [np.column_stack([c[:, :1], np.full(len(c), 7.3), c[:, 1:]]) for c in clients]
+    for seed in range(3):
+        ref = GOLDClustering(3, standardize=standardize, random_state=seed).fit(clients)
+        est = GOLDClustering(3, standardize=standardize, random_state=seed).fit(with_constant)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_allclose(est.cluster_centers_[:, [0, 2, 3]], ref.cluster_centers_)
+        np.testing.assert_allclose(est.cluster_centers_[:, 1], 7.3)
+
+
+def test_defaults_beat_the_papers_settings_on_iid_clients():
+    # The measured gap of benchmarks/defaults_gold.py, on a small case.
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+
+    def ari(**params):
+        return [
+            adjusted_rand_score(y, GOLDClustering(3, partition=3, random_state=s, **params)
+                                .fit(X).labels_)
+            for s in range(5)
+        ]  # fmt: skip
+
+    defaults, paper = ari(), ari(**PAPER)
+    assert np.mean(defaults) > 0.7
+    assert np.mean(defaults) > np.mean(paper) + 0.1
+    assert np.std(defaults) < np.std(paper)

@@ -32,12 +32,13 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers import center_means, local_kmeans, nearest_center
-from ..clusterers._cpl import fine_grained_cpl, multi_granular_cpl
+from ..clusterers._cpl import canonical_order, fine_grained_cpl, multi_granular_cpl
 from ..clusterers._remc import remc
 from ..federation import Reply
 from ..partition import IIDPartition
@@ -53,13 +54,31 @@ DEFAULT_N_CLIENTS = 8
 
 # ---------------------------------------------------------------- client side
 def gold_micro_clusters(
-    data, inbox, state, party, *, local_init, learning_rate, max_iter, min_cluster_size
+    data,
+    inbox,
+    state,
+    party,
+    *,
+    local_init,
+    learning_rate,
+    max_iter,
+    min_cluster_size,
+    visit_order="storage",
+    seed=None,
+    send_sizes=False,
 ):
     """Client step: FCPL on the client's rows; send the micro-centroids (spec 2.3-2.4).
 
     With standardization, the pooled mean and scale of the pre-round arrive in
     the inbox and the client z-scores its rows first. The micro-cluster of
     every row and the feature weights stay on the client.
+
+    In ``"canonical"`` visiting order every client runs FCPL from the same
+    public ``seed`` on its rows in :func:`~skfedclust.clusterers.canonical_order`,
+    so that its micro-clusters depend on its rows alone, not on their storage
+    order nor on the client's position; in ``"storage"`` order it uses its
+    own public seed, ``party.seed``. With ``send_sizes`` the number of rows
+    of every micro-cluster is uploaded too (for the server's refinement).
     """
     X = data
     if "standardization" in inbox:
@@ -71,7 +90,8 @@ def gold_micro_clusters(
         learning_rate=learning_rate,
         max_iter=max_iter,
         min_cluster_size=min_cluster_size,
-        random_state=party.seed,
+        order=visit_order,
+        random_state=seed if visit_order == "canonical" else party.seed,
     )
     keep = {
         "micro_labels": res.labels,
@@ -79,7 +99,10 @@ def gold_micro_clusters(
         "feature_weights": res.feature_weights,
     }
     # The number of CPL passes rides along (one int64), for ``n_iter_``.
-    return Reply(send=(res.centers, np.int64(res.n_iter)), keep=keep)
+    message = (res.centers, np.int64(res.n_iter))
+    if send_sizes:
+        message += (res.sizes.astype(np.int64),)
+    return Reply(send=message, keep=keep)
 
 
 def gold_inherit_labels(data, inbox, state, party):
@@ -117,19 +140,23 @@ class GOLDServerResult(NamedTuple):
     labels : ndarray of shape (n_micro_clusters,)
         Global cluster of every micro-centroid (``q`` of the paper).
     centers : ndarray of shape (n_found, n_features)
-        Global prototypes: the unweighted mean of the member micro-centroids.
+        Global prototypes: the unweighted mean of the member micro-centroids
+        (with ``refine``, the centers of the refinement).
     granular_codes : ndarray of shape (n_micro_clusters, n_levels)
         MCPL cluster of every micro-centroid at every level (``Z``).
     level_n_clusters : ndarray of shape (n_levels,)
         Cluster count of every MCPL level, strictly decreasing.
     remc_weights : ndarray of shape (n_clusters, n_levels) or None
         REMC's level weights of every global cluster (None when REMC did not
-        give the partition: ``n_clusters=None`` or the k-means fallback).
+        give the partition: ``n_clusters=None``, too few distinct
+        micro-centroids, or the k-means fallback).
     n_attempts : int
         MCPL + REMC attempts made (1 when the first one succeeded).
     fallback : bool
         True when every attempt failed and k-means on the micro-centroids
         gave the partition.
+    n_refine_iter : int
+        Iterations of the k-means refinement (0 without ``refine``).
     """
 
     labels: np.ndarray
@@ -139,6 +166,111 @@ class GOLDServerResult(NamedTuple):
     remc_weights: np.ndarray | None
     n_attempts: int
     fallback: bool
+    n_refine_iter: int = 0
+
+
+#: Iteration bound of the server's k-means refinement (it runs on the few
+#: micro-centroids, so the bound is generous).
+REFINE_MAX_ITER = 300
+
+
+def refine_partition(points, labels, n_clusters, *, weights=None, max_iter=REFINE_MAX_ITER):
+    """Weighted k-means iterations that start from a given partition.
+
+    Centers are the weighted means of their members; every point then moves
+    to its nearest center (ties: the lowest index), until no point moves. A
+    cluster left empty restarts from the point farthest from its center among
+    the clusters of two or more points, as k-means implementations do, so the
+    result keeps ``n_clusters`` non-empty clusters whenever there are that
+    many points. Identical points always share a cluster.
+
+    Parameters
+    ----------
+    points : ndarray of shape (n_points, n_features)
+        Points (GOLD: the distinct micro-centroids).
+    labels : ndarray of shape (n_points,)
+        Starting partition, in ``0..n_clusters - 1``.
+    n_clusters : int
+        Number of clusters.
+    weights : ndarray of shape (n_points,), default=None
+        Weight of each point (its multiplicity; 1 if None).
+    max_iter : int, default=300
+        Largest number of reassignments.
+
+    Returns
+    -------
+    labels : ndarray of shape (n_points,)
+    centers : ndarray of shape (n_clusters, n_features)
+    n_iter : int
+    """
+    points = np.asarray(points, dtype=np.float64)
+    weights = np.ones(len(points)) if weights is None else np.asarray(weights, dtype=float)
+    labels = np.asarray(labels, dtype=np.int64)
+    centers, _ = center_means(points, labels, n_clusters, weights=weights)
+    n_iter = 0
+    while n_iter < max_iter:
+        n_iter += 1
+        new = np.asarray(nearest_center(points, centers), dtype=np.int64)
+        new = _fill_empty_clusters(points, new, centers, n_clusters)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        centers, _ = center_means(points, labels, n_clusters, weights=weights, previous=centers)
+    return labels, centers, n_iter
+
+
+def _weighted_inertia(points, labels, centers, weights):
+    return float(weights @ ((points - centers[labels]) ** 2).sum(axis=1))
+
+
+def _refine(points, labels, n_clusters, weights, n_init, rng):
+    # REMC's partition first, then k-means++ starts: the smallest weighted
+    # inertia wins, REMC's on ties.
+    best = refine_partition(points, labels, n_clusters, weights=weights)
+    best_inertia = _weighted_inertia(points, best[0], best[1], weights)
+    seeds = rng.randint(np.iinfo(np.int32).max, size=n_init) if n_init else []
+    for seed in seeds:
+        start, _ = kmeans_plusplus(
+            points, n_clusters, sample_weight=weights, random_state=int(seed)
+        )
+        start_labels = np.asarray(nearest_center(points, start), dtype=np.int64)
+        run = refine_partition(points, start_labels, n_clusters, weights=weights)
+        inertia = _weighted_inertia(points, run[0], run[1], weights)
+        if inertia < best_inertia:
+            best, best_inertia = run, inertia
+    return best
+
+
+def _fill_empty_clusters(points, labels, centers, n_clusters):
+    sizes = np.bincount(labels, minlength=n_clusters)
+    empty = np.flatnonzero(sizes == 0)
+    if not len(empty):
+        return labels
+    labels = labels.copy()
+    distance = ((points - centers[labels]) ** 2).sum(axis=1)
+    # Farthest first; among equals the lowest index (a deterministic choice).
+    for row in np.lexsort((np.arange(len(points)), -distance)):
+        if not len(empty):
+            break
+        if sizes[labels[row]] > 1:
+            sizes[labels[row]] -= 1
+            labels[row], empty = empty[0], empty[1:]
+    return labels
+
+
+def _distinct_rows(T, canonical, rng):
+    # The server works on the distinct micro-centroids: identical ones then get
+    # identical codes and labels. In canonical order (sorted, then shuffled by
+    # the server's seed) nothing depends on the order of clients or rows.
+    distinct, first, inverse = np.unique(T, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if canonical:
+        order = canonical_order(distinct, rng)
+    else:
+        order = np.argsort(first, kind="stable")
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    return distinct[order], position[inverse]
 
 
 def gold_server_cluster(
@@ -153,6 +285,10 @@ def gold_server_cluster(
     remc_divergence="reference",
     remc_n_init=1,
     n_retries=10,
+    refine=False,
+    refine_n_init=0,
+    sample_weight=None,
+    order="storage",
     random_state=None,
 ):
     """GOLD's server: MCPL levels, then REMC on their code (spec 2.5-2.6).
@@ -165,6 +301,13 @@ def gold_server_cluster(
     ``n_retries`` times, after which k-means on the micro-centroids gives the
     partition (with a warning; not in the paper). ``n_clusters=None`` returns
     the coarsest MCPL level (automatic number of clusters; not in the paper).
+
+    The server works on the distinct micro-centroids, so identical ones get
+    identical codes and labels. With ``refine`` (not in the paper), weighted
+    k-means iterations on the micro-centroids start from REMC's partition
+    (:func:`refine_partition`): REMC groups the codes without looking at
+    distances, and the refinement moves every micro-centroid to its nearest
+    global prototype.
 
     Parameters
     ----------
@@ -180,6 +323,21 @@ def gold_server_cluster(
         See :func:`~skfedclust.clusterers.remc`.
     n_retries : int, default=10
         Fresh MCPL + REMC attempts after a failed one.
+    refine : bool, default=False
+        Refine REMC's partition by weighted k-means iterations on the
+        micro-centroids.
+    refine_n_init : int, default=0
+        With ``refine``, k-means++ starts refined next to REMC's partition;
+        the refined partition of smallest weighted inertia is kept (REMC's
+        on ties).
+    sample_weight : array-like of shape (n_micro_clusters,), default=None
+        Weight of every micro-centroid in the refinement (the rows of its
+        micro-cluster); 1 if None. Identical micro-centroids add up.
+    order : {"storage", "canonical"}, default="storage"
+        Order in which MCPL visits the distinct micro-centroids: as uploaded
+        (client after client, the authors' implementation) or sorted and
+        shuffled by the server's seed, so that the result does not depend on
+        the order of the clients or of their micro-centroids.
     random_state : int, RandomState instance or None, default=None
         The server's randomness, one stream for every attempt.
 
@@ -199,11 +357,41 @@ def gold_server_cluster(
             f"{max(2, n_clusters or 2)}: it cannot form n_clusters={n_clusters} global "
             "clusters. Use fewer clusters, more data per client, or a larger local_init."
         )
+    if order not in ("storage", "canonical"):
+        raise ValueError(f"order must be 'storage' or 'canonical', got {order!r}.")
     rng = check_random_state(random_state)
+    U, inverse = _distinct_rows(T, order == "canonical", rng)
+    weight = np.ones(len(T)) if sample_weight is None else np.asarray(sample_weight, float)
+    multiplicity = np.bincount(inverse, weights=weight, minlength=len(U))
+
+    def finish(u_labels, k, codes, levels, weights, attempts, fallback):
+        labels = u_labels[inverse].astype(np.int64)
+        n_iter = 0
+        if refine:
+            u_labels, centers_, n_iter = _refine(U, u_labels, k, multiplicity, refine_n_init, rng)
+            labels = u_labels[inverse].astype(np.int64)
+        else:
+            centers_, _ = center_means(T, labels, k)
+        return GOLDServerResult(
+            labels, centers_, codes[inverse], levels, weights, attempts, fallback, n_iter
+        )
+
+    if len(U) < 2 or (n_clusters is not None and len(U) < n_clusters):
+        warnings.warn(
+            f"GOLD: the {len(T)} micro-centroids hold only {len(U)} distinct points, fewer "
+            f"than n_clusters={n_clusters}: identical rows are kept together, so only "
+            f"{len(U)} global clusters are formed.",
+            UserWarning,
+            stacklevel=2,
+        )
+        u_labels = np.arange(len(U))
+        codes = u_labels[:, None]
+        return finish(u_labels, len(U), codes, np.array([len(U)]), None, 0, False)
+
     attempts = 0
     for attempts in range(1, n_retries + 2):
         mcpl = multi_granular_cpl(
-            T,
+            U,
             server_init=server_init,
             learning_rate=learning_rate,
             max_iter=max_iter,
@@ -212,11 +400,15 @@ def gold_server_cluster(
         )
         codes = mcpl.granular_codes
         if n_clusters is None:
-            labels = codes[:, -1]
-            k = int(labels.max()) + 1
-            centers_, _ = center_means(T, labels, k)
-            return GOLDServerResult(
-                labels, centers_, codes, mcpl.n_clusters_per_level, None, attempts, False
+            u_labels = codes[:, -1]
+            return finish(
+                u_labels,
+                int(u_labels.max()) + 1,
+                codes,
+                mcpl.n_clusters_per_level,
+                None,
+                attempts,
+                False,
             )
         if len(np.unique(codes, axis=0)) < n_clusters:
             continue
@@ -233,9 +425,8 @@ def gold_server_cluster(
             )
         if len(np.unique(res.labels)) < n_clusters:
             continue
-        centers_, _ = center_means(T, res.labels, n_clusters)
-        return GOLDServerResult(
-            res.labels, centers_, codes, mcpl.n_clusters_per_level, res.weights, attempts, False
+        return finish(
+            res.labels, n_clusters, codes, mcpl.n_clusters_per_level, res.weights, attempts, False
         )
     warnings.warn(
         f"GOLD: in {attempts} attempts, MCPL + REMC never gave n_clusters={n_clusters} "
@@ -245,10 +436,9 @@ def gold_server_cluster(
         UserWarning,
         stacklevel=2,
     )
-    km = local_kmeans(T, n_clusters, n_init=10, seed=int(rng.randint(np.iinfo(np.int32).max)))
-    centers_, _ = center_means(T, km.labels, n_clusters)
-    return GOLDServerResult(
-        km.labels, centers_, codes, mcpl.n_clusters_per_level, None, attempts, True
+    km = local_kmeans(U, n_clusters, n_init=10, seed=int(rng.randint(np.iinfo(np.int32).max)))
+    return finish(
+        np.asarray(km.labels), n_clusters, codes, mcpl.n_clusters_per_level, None, attempts, True
     )
 
 
@@ -266,7 +456,10 @@ def gold_server_step(uploads, **params):
     client_labels : list of ndarray
         The global labels of each client's micro-clusters, in client order.
     """
-    local = [np.asarray(c) for c, _ in uploads.list()]
+    messages = uploads.list()
+    local = [np.asarray(m[0]) for m in messages]
+    if params.get("refine"):
+        params["sample_weight"] = np.concatenate([np.asarray(m[2]) for m in messages])
     result = gold_server_cluster(np.vstack(local), **params)
     bounds = np.cumsum([0] + [len(c) for c in local])
     client_labels = [result.labels[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -448,6 +641,7 @@ class GOLDClustering(BaseFederatedClustering):
         "local_init": [
             Interval(numbers.Integral, 2, None, closed="left"),
             Interval(RealNotInt, 0, 1, closed="right"),
+            StrOptions({"sqrt"}),
         ],
         "server_init": [
             Interval(numbers.Integral, 2, None, closed="left"),
@@ -459,6 +653,9 @@ class GOLDClustering(BaseFederatedClustering):
         "remc_n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_retries": [Interval(numbers.Integral, 0, None, closed="left")],
         "min_cluster_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "refine": ["boolean"],
+        "refine_n_init": [Interval(numbers.Integral, 0, None, closed="left")],
+        "visit_order": [StrOptions({"canonical", "storage"})],
         "standardize": ["boolean"],
     }
 
@@ -468,14 +665,17 @@ class GOLDClustering(BaseFederatedClustering):
         *,
         partition=None,
         learning_rate=0.05,
-        local_init=0.5,
+        local_init="sqrt",
         server_init=0.5,
         max_iter=30,
         remc_max_iter=30,
         remc_divergence="reference",
-        remc_n_init=1,
+        remc_n_init=10,
         n_retries=10,
         min_cluster_size=2,
+        refine=True,
+        refine_n_init=10,
+        visit_order="canonical",
         standardize=True,
         n_jobs=None,
         random_state=None,
@@ -492,6 +692,9 @@ class GOLDClustering(BaseFederatedClustering):
         self.remc_n_init = remc_n_init
         self.n_retries = n_retries
         self.min_cluster_size = min_cluster_size
+        self.refine = refine
+        self.refine_n_init = refine_n_init
+        self.visit_order = visit_order
         self.standardize = standardize
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -529,6 +732,10 @@ class GOLDClustering(BaseFederatedClustering):
         if self.standardize:
             mean, scale = self._standardization_round(runtime)
         runtime.stage("client step: FCPL micro-clusters on each client")
+        # One public seed for every client's FCPL: with the canonical visiting
+        # order a client's micro-clusters then depend on its rows only, not on
+        # its position among the clients.
+        fcpl_seed = int(random_state.randint(np.iinfo(np.int32).max))
         uploads = runtime.run(
             gold_micro_clusters,
             tag="micro-centroids",
@@ -536,6 +743,9 @@ class GOLDClustering(BaseFederatedClustering):
             learning_rate=self.learning_rate,
             max_iter=self.max_iter,
             min_cluster_size=self.min_cluster_size,
+            visit_order=self.visit_order,
+            seed=fcpl_seed,
+            send_sizes=self.refine,
         )
         runtime.stage("server step: MCPL levels and REMC on the multi-granular code")
         result, client_labels = runtime.server(
@@ -550,6 +760,9 @@ class GOLDClustering(BaseFederatedClustering):
             remc_divergence=self.remc_divergence,
             remc_n_init=self.remc_n_init,
             n_retries=self.n_retries,
+            refine=self.refine,
+            refine_n_init=self.refine_n_init,
+            order=self.visit_order,
             random_state=random_state,
         )
         self.mean_, self.scale_ = mean, scale
@@ -565,7 +778,7 @@ class GOLDClustering(BaseFederatedClustering):
             messages={"micro-cluster labels": dict(enumerate(client_labels))},
         )
 
-        local = [np.asarray(c) for c, _ in uploads.list()]
+        local = [np.asarray(m[0]) for m in uploads.list()]
         self.local_centers_ = [self._to_input_units(c) for c in local]
         self.n_local_clusters_ = np.array([len(c) for c in local], dtype=np.int64)
         self.level_n_clusters_ = result.level_n_clusters
@@ -573,7 +786,8 @@ class GOLDClustering(BaseFederatedClustering):
         self.server_labels_ = result.labels
         self.remc_weights_ = result.remc_weights
         self.n_attempts_ = result.n_attempts
-        self.n_iter_ = int(max(n_iter for _, n_iter in uploads.list()))
+        self.n_refine_iter_ = result.n_refine_iter
+        self.n_iter_ = int(max(m[1] for m in uploads.list()))
 
     def _to_input_units(self, Z):
         if self.mean_ is None:
