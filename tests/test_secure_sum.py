@@ -296,3 +296,29 @@ def test_set_up_before_a_message_and_a_bound_keeps_what_its_step_keeps():
     np.testing.assert_allclose(total, (X - center).sum(axis=0), atol=1e-9)
     assert bound >= np.abs(X - center).max()
     assert [o["seen"] for o in runtime.party_outputs()] == [len(r) for r in rows]
+
+
+def test_the_survivors_announcement_costs_linear_work(monkeypatch):
+    # The server announces who uploaded to every survivor: as int64 arrays the
+    # ledger counts each announcement at once (a list of ints was counted
+    # element by element, n^2 work over the clients).
+    import skfedclust.federation._ledger as ledger
+
+    calls = []
+    counted = ledger.payload_nbytes
+
+    def counting(payload):
+        calls.append(1)
+        return counted(payload)
+
+    monkeypatch.setattr(ledger, "payload_nbytes", counting)
+    n = 200
+    _, _, runtime = _runtime(n_clients=n, n=2 * n, d=2)
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.sum(counts_only, tag="set-up")
+    calls.clear()
+    total, _ = aggregator.sum(counts_only, tag="counts")
+    np.testing.assert_array_equal(total, [2 * n, n])
+    assert len(calls) < 40 * n
+    announced = [m for m in runtime.ledger.messages if m.tag == TAG_SURVIVORS]
+    assert len(announced) == 2 * n and all(m.nbytes == 8 * n for m in announced)

@@ -352,7 +352,8 @@ def secure_sum_unmask_step(data, inbox, state, party, *, sum_index, neighbours):
     """
     me = party.index
     announced = inbox[TAG_SURVIVORS]
-    survivors, dropped = set(announced["survivors"]), set(announced["dropped"])
+    survivors = {int(c) for c in np.asarray(announced["survivors"]).ravel()}
+    dropped = {int(c) for c in np.asarray(announced["dropped"]).ravel()}
     if survivors & dropped:
         raise SecureSumError(
             f"the server announced clients {sorted(survivors & dropped)} as both uploaded "
@@ -413,6 +414,7 @@ def unmask_sum(uploads, reveals, *, sum_index, neighbours, participants, thresho
                 shares[owner][int(x)] = (int(hi) << 64) | int(lo)
         for row in np.asarray(pair_keys, dtype=np.uint64).tolist():
             keys[(int(row[0]), j)] = np.array(row[1:], dtype=np.uint64).tobytes()
+    participants = set(participants)
     for c in survivors:
         active = [j for j in neighbours[c] if j in participants]
         needed = min(threshold, len(active))
@@ -595,7 +597,15 @@ class SecureAggregator:
             shifts = [0] * n_components
         elif len(shifts) == 1 and n_components > 1:
             shifts = shifts * n_components
-        runtime.broadcast({"survivors": survivors, "dropped": dropped}, tag=TAG_SURVIVORS)
+        # As int64 arrays: the same 8 bytes per client as a list, but counted and
+        # encoded in O(1) per recipient instead of per element (n^2 work in all).
+        runtime.broadcast(
+            {
+                "survivors": np.array(survivors, dtype=np.int64),
+                "dropped": np.array(dropped, dtype=np.int64),
+            },
+            tag=TAG_SURVIVORS,
+        )
         runtime.stage(f"secure sum {tag!r}: unmasking ({len(dropped)} dropped)")
         reveals = runtime.run(
             secure_sum_unmask_step,
