@@ -212,3 +212,23 @@ def test_ffcm_large_offset_with_given_init():
     )
     np.testing.assert_array_equal(ref.labels_, shifted.labels_)
     np.testing.assert_allclose(shifted.cluster_centers_ - 1.7e9, ref.cluster_centers_, atol=1e-5)
+
+
+def test_a_small_fuzzifier_avoids_flat_memberships_in_many_dimensions():
+    # The guidance of the user guide: in 64 dimensions m = 2 flattens the memberships
+    # (NMI ~0.39 on standardized digits, k-means ~0.63); m = 1.25 does not.
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import normalized_mutual_info_score as nmi
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+
+    def score(m):
+        est = FederatedFuzzyCMeans(10, fuzzifier=m, partition=3, random_state=0)
+        return nmi(y, est.fit(X).labels_)
+
+    default = FederatedFuzzyCMeans(10).fuzzifier
+    assert default == 2.0
+    assert score(1.25) > 0.55
+    assert score(1.25) > score(default) + 0.15
