@@ -1,20 +1,43 @@
-"""Clustering metrics used by the papers that the package reproduces.
+"""Clustering metrics: external ones used by the papers, and federated internal indices.
 
 Every metric that needs a one-to-one matching between clusters and classes
 (or between two sets of centers) solves it exactly with the Hungarian method
 (:func:`scipy.optimize.linear_sum_assignment`).
+
+The internal indices (Calinski-Harabasz, Davies-Bouldin, a simplified
+silhouette) are computed on a federation without pooling its rows: each is a
+protocol of secure sums (:class:`~skfedclust.secure.SecureAggregator`) on a
+runtime, in which the server learns per-cluster aggregates and nothing of a
+single client (``secure_*`` functions), with a convenience for a fitted
+estimator and its federated data (:func:`federated_score`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from sklearn.base import clone
 from sklearn.metrics import cohen_kappa_score
 from sklearn.metrics.cluster import contingency_matrix
-from sklearn.utils import check_array, check_consistent_length
-from sklearn.utils.validation import column_or_1d
+from sklearn.utils import Bunch, check_array, check_consistent_length, check_random_state
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-__all__ = ["clustering_accuracy", "kappa", "purity", "centroid_distance"]
+from .clusterers import nearest_center
+from .federation import InProcessRuntime, Reply, build_federation, private_entropy
+from .secure import SecureAggregator, agree_bound
+
+__all__ = [
+    "clustering_accuracy",
+    "kappa",
+    "purity",
+    "centroid_distance",
+    "simplified_silhouette_score",
+    "secure_calinski_harabasz",
+    "secure_davies_bouldin",
+    "secure_simplified_silhouette",
+    "federated_score",
+    "INTERNAL_INDICES",
+]
 
 
 def _check_labels(y_true, y_pred):
@@ -176,3 +199,469 @@ def centroid_distance(true_centers, centers):
     cost = ((true_centers[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
     rows, cols = linear_sum_assignment(cost)
     return float(np.sqrt(cost[rows, cols].sum()))
+
+
+# --------------------------------------------------------------------------- #
+# Internal indices without pooling
+# --------------------------------------------------------------------------- #
+def _distances_to(X, centers):
+    """Euclidean distance of every row to every center, each from the difference itself."""
+    out = np.empty((X.shape[0], len(centers)))
+    for j, c in enumerate(centers):
+        diff = X - c
+        out[:, j] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return out
+
+
+def _silhouette_values(X, labels, centers):
+    d = _distances_to(X, centers)
+    rows = np.arange(X.shape[0])
+    a = d[rows, labels]
+    d[rows, labels] = np.inf
+    b = d.min(axis=1)
+    top = np.maximum(a, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.where(top > 0, (b - a) / top, 0.0)
+    return s
+
+
+def simplified_silhouette_score(X, labels, centers):
+    """Mean simplified silhouette of pooled rows (centroid-based silhouette).
+
+    For row ``i`` in cluster ``l_i``: ``a_i = ||x_i - c_{l_i}||`` and
+    ``b_i = min_{j != l_i} ||x_i - c_j||``; its value is
+    ``(b_i - a_i) / max(a_i, b_i)`` (0 when both are 0), and the score is
+    the mean over rows. Unlike :func:`sklearn.metrics.silhouette_score`,
+    which averages distances to every member of a cluster (all pairwise
+    distances), it compares each row with the centers only (Vendramin,
+    Campello and Hruschka, 2010), so it needs no pairwise distances and its
+    sum over rows is a secure sum (:func:`secure_simplified_silhouette`).
+    On compact, well-separated clusters both are close to 1; they differ
+    otherwise, and the simplified one favours convex clusters around the
+    centers.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Rows.
+    labels : array-like of shape (n_samples,)
+        Index in ``centers`` of each row's cluster.
+    centers : array-like of shape (n_centers, n_features)
+        Cluster centers, at least 2.
+
+    Returns
+    -------
+    score : float
+        Between -1 and 1; higher is better.
+
+    References
+    ----------
+    .. [1] L. Vendramin, R. J. G. B. Campello and E. R. Hruschka, "Relative
+       clustering validity criteria: a comparative overview", Statistical
+       Analysis and Data Mining 3(4), 2010.
+
+    Examples
+    --------
+    >>> from skfedclust.metrics import simplified_silhouette_score
+    >>> # (1 + (3 - 1) / 3 + 1) / 3
+    >>> simplified_silhouette_score([[0.0], [1.0], [4.0]], [0, 0, 1], [[0.0], [4.0]])
+    0.8888888888888888
+    """
+    X = check_array(X, dtype=np.float64, input_name="X")
+    centers = check_array(centers, dtype=np.float64, input_name="centers")
+    labels = column_or_1d(labels).astype(np.intp)
+    check_consistent_length(X, labels)
+    if len(centers) < 2:
+        raise ValueError("the simplified silhouette needs at least 2 centers")
+    if labels.min() < 0 or labels.max() >= len(centers):
+        raise ValueError("labels must index the centers")
+    return float(_silhouette_values(X, labels, centers).mean())
+
+
+def _centers_and_labels(data, inbox, state, centers_tag, labels_key):
+    centers = inbox[centers_tag] if centers_tag in inbox else state[centers_tag]
+    if labels_key is None:
+        labels = nearest_center(data, centers)
+    else:
+        labels = np.asarray(state[labels_key], dtype=np.intp)
+    return np.asarray(centers, dtype=np.float64), labels
+
+
+def _moments(data, centers, labels, with_squares):
+    k, d = centers.shape
+    residuals = data - centers[labels]
+    sums = np.zeros((k, d))
+    np.add.at(sums, labels, residuals)
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    if not with_squares:
+        return sums, counts, None
+    squares = np.bincount(labels, weights=np.einsum("ij,ij->i", residuals, residuals), minlength=k)
+    return sums, counts, squares
+
+
+def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels_key, with_squares):
+    """Client step: the floats of :func:`cluster_moments_step`, flattened, for a bound.
+
+    Keeps the centers and the labels for the steps that follow.
+    """
+    centers, labels = _centers_and_labels(data, inbox, state, centers_tag, labels_key)
+    sums, _, squares = _moments(data, centers, labels, with_squares)
+    floats = sums.ravel() if squares is None else np.concatenate([sums.ravel(), squares])
+    return Reply(send=floats, keep={centers_tag: centers, "index labels": labels})
+
+
+def cluster_moments_step(data, inbox, state, party, *, centers_tag, with_squares):
+    """Client step: per-cluster residual sums, counts (and squared residual sums).
+
+    For cluster ``j`` with public center ``c_j``: ``S_j = sum (x - c_j)``
+    over the client's rows of the cluster, ``n_j`` their number and, with
+    ``with_squares``, ``Q_j = sum ||x - c_j||^2``. Residuals against the
+    centers keep a large common offset from costing precision.
+    """
+    centers, labels = state[centers_tag], state["index labels"]
+    sums, counts, squares = _moments(data, centers, labels, with_squares)
+    return Reply(send=(sums, counts) if squares is None else (sums, counts, squares))
+
+
+def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
+    """Client step: per cluster, the sum of the distances of its rows to the cluster mean.
+
+    The server sends each mean as its shift from the cluster's center
+    (``m_j - c_j``, under ``shifts_tag``), so that ``x - m_j`` is taken as
+    ``(x - c_j) - (m_j - c_j)``: exact even far from the origin, where
+    ``m_j`` itself would be rounded. The shifts are kept for the sum that
+    follows the bound.
+    """
+    shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
+    centers, labels = state[centers_tag], state["index labels"]
+    diff = (data - centers[labels]) - shifts[labels]
+    dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return Reply(
+        send=np.bincount(labels, weights=dist, minlength=len(centers)), keep={shifts_tag: shifts}
+    )
+
+
+def silhouette_sum_step(data, inbox, state, party, *, centers_tag, labels_key):
+    """Client step: the sum of the simplified silhouettes of the client's rows, and their count."""
+    centers, labels = _centers_and_labels(data, inbox, state, centers_tag, labels_key)
+    values = _silhouette_values(data, labels, centers)
+    return Reply(send=(np.array([values.sum()]), np.array([len(values)], dtype=np.int64)))
+
+
+def _aggregator(runtime, aggregator, random_state):
+    if aggregator is None:
+        seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+        aggregator = SecureAggregator(runtime, seed=seed)
+    # The set-up exchange would take the centers if they were sent first.
+    aggregator.setup()
+    return aggregator
+
+
+def _secure_moments(runtime, centers, *, aggregator, labels_key, with_squares, name):
+    tag = "index centers"
+    runtime.broadcast(centers, tag=tag)
+    public = dict(centers_tag=tag, with_squares=with_squares)
+    bound = agree_bound(
+        aggregator,
+        cluster_moments_bound_step,
+        tag=f"{name}: bound",
+        labels_key=labels_key,
+        **public,
+    )
+    bound = bound or 1.0
+    total, _ = aggregator.sum(
+        cluster_moments_step,
+        tag=f"{name}: cluster moments",
+        bounds=[bound, None, bound] if with_squares else [bound, None],
+        **public,
+    )
+    counts = np.asarray(total[1])
+    filled = counts > 0
+    n_labels, n_samples = int(filled.sum()), int(counts.sum())
+    if not 1 < n_labels < n_samples:
+        raise ValueError(
+            f"Number of labels is {n_labels}. Valid values are 2 to n_samples - 1 (inclusive)"
+        )
+    return total, filled
+
+
+def secure_calinski_harabasz(
+    runtime, centers, *, labels_key=None, aggregator=None, random_state=None
+):
+    """Calinski-Harabasz index of a federation's clusters, from secure sums.
+
+    The clients hold the rows; the cluster of a row is its nearest center in
+    ``centers`` (or the label each client kept under ``labels_key``). The
+    index is that of :func:`sklearn.metrics.calinski_harabasz_score` on the
+    pooled rows and labels, computed with the cluster means of the labels
+    (``centers`` serve only to label the rows and as references):
+    ``CH = (B / (k - 1)) / (W / (n - k))`` with ``W`` the within-cluster and
+    ``B`` the between-cluster sum of squares, ``k`` the non-empty clusters.
+
+    Protocol: the centers down; a public bound (:func:`~skfedclust.secure.agree_bound`)
+    on the clients' moments; one secure sum of the per-cluster residual sums
+    ``S_j = sum (x - c_j)``, counts ``n_j`` and squared residual sums
+    ``Q_j = sum ||x - c_j||^2``. Then ``mean_j = c_j + S_j / n_j`` and
+    ``W = sum_j Q_j - ||S_j||^2 / n_j``. One set-up round (unless
+    ``aggregator`` was set up already) and four rounds.
+
+    **What the server learns**: the per-cluster counts, means and
+    within-cluster sums of squares (over all clients), how many clients'
+    largest moment falls in each binary range, and which clients answered;
+    nothing of a single client's rows or moments.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime of the federation.
+    centers : array-like of shape (n_centers, n_features)
+        Public centers, sent to the clients.
+    labels_key : str, default=None
+        Key of the clients' kept state holding each row's cluster (an index
+        in ``centers``); ``None`` labels every row by its nearest center.
+    aggregator : SecureAggregator, default=None
+        An aggregator of ``runtime`` to reuse; ``None`` makes one.
+    random_state : int, RandomState instance or None, default=None
+        Draws the public seed of a new aggregator's communication graph.
+
+    Returns
+    -------
+    score : float
+        The Calinski-Harabasz index (higher is better).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import make_blobs
+    >>> from sklearn.cluster import KMeans
+    >>> from sklearn.metrics import calinski_harabasz_score
+    >>> from skfedclust.federation import Federation, InProcessRuntime
+    >>> from skfedclust.metrics import secure_calinski_harabasz
+    >>> X, _ = make_blobs(300, centers=3, random_state=0)
+    >>> km = KMeans(3, n_init=10, random_state=0).fit(X)
+    >>> federation = Federation(X, [range(0, 100), range(100, 300)])
+    >>> _ = federation.spawn_seeds(np.random.RandomState(0))
+    >>> runtime = InProcessRuntime(federation)
+    >>> federated = secure_calinski_harabasz(runtime, km.cluster_centers_, random_state=0)
+    >>> bool(abs(federated - calinski_harabasz_score(X, km.labels_)) < 1e-9 * federated)
+    True
+    """
+    centers = check_array(centers, dtype=np.float64, input_name="centers")
+    aggregator = _aggregator(runtime, aggregator, random_state)
+    runtime.stage("Calinski-Harabasz: secure sums of the cluster moments")
+    (sums, counts, squares), filled = _secure_moments(
+        runtime,
+        centers,
+        aggregator=aggregator,
+        labels_key=labels_key,
+        with_squares=True,
+        name="Calinski-Harabasz",
+    )
+    n = counts[filled].astype(np.float64)
+    S, Q, C = sums[filled], squares[filled], centers[filled]
+    within = float(max(np.sum(Q - np.einsum("ij,ij->i", S, S) / n), 0.0))
+    # Means and the grand mean relative to one center: exact at any offset.
+    moved = C - C[0] + S / n[:, None]
+    grand = (n[:, None] * moved).sum(axis=0) / n.sum()
+    between = float(np.sum(n * np.einsum("ij,ij->i", moved - grand, moved - grand)))
+    k, n_samples = len(n), n.sum()
+    if within == 0.0:
+        return 1.0
+    return float(between * (n_samples - k) / (within * (k - 1.0)))
+
+
+def secure_davies_bouldin(runtime, centers, *, labels_key=None, aggregator=None, random_state=None):
+    """Davies-Bouldin index of a federation's clusters, from secure sums.
+
+    Labels as in :func:`secure_calinski_harabasz`. The index is that of
+    :func:`sklearn.metrics.davies_bouldin_score` on the pooled rows and
+    labels: with ``m_j`` the mean of cluster ``j`` and ``s_j`` the mean
+    distance of its rows to ``m_j``, ``DB = mean_i max_{j != i} (s_i + s_j)
+    / ||m_i - m_j||`` over the non-empty clusters (0 when every ``s_j`` or
+    every distance between means is 0, as in scikit-learn).
+
+    Protocol: the centers down; a bound and a secure sum of the per-cluster
+    residual sums and counts (the means); the means down (as shifts from
+    the centers, exact at any offset); a bound and a
+    secure sum of the per-cluster sums of distances to the means. One
+    set-up round (unless ``aggregator`` was set up already) and eight rounds.
+
+    **What the server learns**: the per-cluster counts, means and sums of
+    distances to the means (over all clients), the binary ranges of the
+    clients' largest sums, and which clients answered; nothing of a single
+    client.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime of the federation.
+    centers : array-like of shape (n_centers, n_features)
+        Public centers, sent to the clients.
+    labels_key : str, default=None
+        Key of the clients' kept state holding each row's cluster; ``None``
+        labels every row by its nearest center.
+    aggregator : SecureAggregator, default=None
+        An aggregator of ``runtime`` to reuse; ``None`` makes one.
+    random_state : int, RandomState instance or None, default=None
+        Draws the public seed of a new aggregator's communication graph.
+
+    Returns
+    -------
+    score : float
+        The Davies-Bouldin index (lower is better, 0 at best).
+    """
+    centers = check_array(centers, dtype=np.float64, input_name="centers")
+    aggregator = _aggregator(runtime, aggregator, random_state)
+    runtime.stage("Davies-Bouldin: secure sums of the cluster means")
+    (sums, counts), filled = _secure_moments(
+        runtime,
+        centers,
+        aggregator=aggregator,
+        labels_key=labels_key,
+        with_squares=False,
+        name="Davies-Bouldin",
+    )
+    shifts = np.zeros_like(centers)
+    shifts[filled] = sums[filled] / counts[filled, None]
+    runtime.broadcast(shifts, tag="index mean shifts")
+    runtime.stage("Davies-Bouldin: secure sums of the distances to the means")
+    public = dict(centers_tag="index centers", shifts_tag="index mean shifts")
+    bound = agree_bound(aggregator, distance_sums_step, tag="Davies-Bouldin: bound", **public)
+    distances, _ = aggregator.sum(
+        distance_sums_step, tag="Davies-Bouldin: distances", bounds=bound or 1.0, **public
+    )
+    intra = distances[filled] / counts[filled]
+    # Means relative to one center: exact at any offset.
+    M = centers[filled] - centers[filled][0] + shifts[filled]
+    between = _distances_to(M, M)
+    if np.allclose(intra, 0) or np.allclose(between, 0):
+        return 0.0
+    between[between == 0] = np.inf
+    combined = intra[:, None] + intra[None, :]
+    return float(np.mean(np.max(combined / between, axis=1)))
+
+
+def secure_simplified_silhouette(
+    runtime, centers, *, labels_key=None, aggregator=None, random_state=None
+):
+    """Mean simplified silhouette of a federation's rows, from one secure sum.
+
+    Labels as in :func:`secure_calinski_harabasz`; the value of a row
+    compares its distance to its own center with that to the nearest other
+    center (:func:`simplified_silhouette_score`, which this equals on the
+    pooled rows). Each client adds the values of its rows (each in
+    ``[-1, 1]``, so the public bound is the largest client's size) and its
+    row count. One set-up round (unless ``aggregator`` was set up already)
+    and two rounds.
+
+    **What the server learns**: the sum of the values and the number of
+    rows, and which clients answered.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The protocol runtime of the federation.
+    centers : array-like of shape (n_centers, n_features)
+        Public centers (at least 2), sent to the clients.
+    labels_key : str, default=None
+        Key of the clients' kept state holding each row's cluster; ``None``
+        labels every row by its nearest center.
+    aggregator : SecureAggregator, default=None
+        An aggregator of ``runtime`` to reuse; ``None`` makes one.
+    random_state : int, RandomState instance or None, default=None
+        Draws the public seed of a new aggregator's communication graph.
+
+    Returns
+    -------
+    score : float
+        Between -1 and 1; higher is better.
+    """
+    centers = check_array(centers, dtype=np.float64, input_name="centers")
+    if len(centers) < 2:
+        raise ValueError("the simplified silhouette needs at least 2 centers")
+    aggregator = _aggregator(runtime, aggregator, random_state)
+    runtime.broadcast(centers, tag="index centers")
+    runtime.stage("simplified silhouette: secure sum of the rows' values")
+    (total, count), _ = aggregator.sum(
+        silhouette_sum_step,
+        tag="simplified silhouette",
+        bounds=[float(max(np.max(runtime.client_sizes), 1)), None],
+        centers_tag="index centers",
+        labels_key=labels_key,
+    )
+    return float(total[0] / count[0])
+
+
+#: Internal indices by name: the protocol, and whether a larger value is better.
+INTERNAL_INDICES = {
+    "calinski_harabasz": (secure_calinski_harabasz, True),
+    "davies_bouldin": (secure_davies_bouldin, False),
+    "silhouette": (secure_simplified_silhouette, True),
+}
+
+
+def federated_score(
+    estimator, X, y=None, *, criterion="calinski_harabasz", client_ids=None, random_state=None
+):
+    """An internal index of a fitted centroid estimator on federated data, without pooling.
+
+    Builds the federation of ``X`` as the estimator's ``fit`` does (any input
+    form; its ``partition`` simulates clients from a pooled ``X``), and runs
+    the index's protocol in process with the estimator's
+    ``cluster_centers_``: each client labels its rows by nearest center.
+    For the nearest-center estimators these are their ``labels_``; GOLD's
+    labels come from its micro-clusters, so its index is that of the
+    nearest-prototype partition.
+
+    Parameters
+    ----------
+    estimator : estimator with ``cluster_centers_``
+        A fitted estimator of the package.
+    X : array-like or list of array-like
+        Any input form of the estimator's ``fit``.
+    y : array-like, default=None
+        Used only by label-skewed partition specifications.
+    criterion : {"calinski_harabasz", "davies_bouldin", "silhouette"}, \
+            default="calinski_harabasz"
+        The index: :func:`secure_calinski_harabasz`,
+        :func:`secure_davies_bouldin` or :func:`secure_simplified_silhouette`.
+    client_ids : array-like of shape (n_samples,), default=None
+        Client of each pooled row.
+    random_state : int, RandomState instance or None, default=None
+        Simulates the clients (as the estimator's ``random_state`` does in
+        ``fit``: the same integer gives the same clients) and draws the
+        public and private seeds of the protocol. ``None`` uses the
+        estimator's ``random_state``.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``score`` (float) and ``communication`` (the ledger's report of the
+        index's protocol, as ``communication_``).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from skfedclust import KFed
+    >>> from skfedclust.metrics import federated_score
+    >>> X, _ = make_blobs(300, centers=3, random_state=0)
+    >>> est = KFed(3, partition=3, random_state=0).fit(X)
+    >>> result = federated_score(est, X, criterion="silhouette")
+    >>> round(result.score, 2), result.communication["rounds"]
+    (0.61, 2)
+    """
+    check_is_fitted(estimator, "cluster_centers_")
+    if criterion not in INTERNAL_INDICES:
+        raise ValueError(f"criterion must be one of {sorted(INTERNAL_INDICES)}, got {criterion!r}")
+    protocol, _ = INTERNAL_INDICES[criterion]
+    seed = estimator.random_state if random_state is None else random_state
+    rng = check_random_state(seed)
+    # A clone: building the federation validates X on the estimator it is given.
+    federation = build_federation(clone(estimator), X, y, client_ids, rng)
+    runtime = InProcessRuntime(
+        federation,
+        name=f"{type(estimator).__name__} {criterion}",
+        private_entropy=private_entropy(rng),
+    )
+    score = protocol(runtime, estimator.cluster_centers_, random_state=rng)
+    return Bunch(score=score, communication=runtime.ledger.report())

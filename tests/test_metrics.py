@@ -56,3 +56,149 @@ def test_centroid_distance_matches_and_handles_fewer_centers():
 def test_label_length_mismatch():
     with pytest.raises(ValueError):
         clustering_accuracy([0, 1], [0])
+
+
+# --------------------------------------------------------------------------- #
+# Federated internal indices
+# --------------------------------------------------------------------------- #
+from sklearn.cluster import KMeans  # noqa: E402
+from sklearn.datasets import make_blobs  # noqa: E402
+from sklearn.metrics import (  # noqa: E402
+    calinski_harabasz_score,
+    davies_bouldin_score,
+    silhouette_score,
+)
+
+from skfedclust import KFed  # noqa: E402
+from skfedclust.clusterers import nearest_center  # noqa: E402
+from skfedclust.federation import Federation, InProcessRuntime, Reply  # noqa: E402
+from skfedclust.metrics import (  # noqa: E402
+    federated_score,
+    secure_calinski_harabasz,
+    secure_davies_bouldin,
+    secure_simplified_silhouette,
+    simplified_silhouette_score,
+)
+from skfedclust.utils.protocol_checks import RecordingRuntime  # noqa: E402
+
+PROTOCOLS = {
+    "calinski_harabasz": secure_calinski_harabasz,
+    "davies_bouldin": secure_davies_bouldin,
+    "silhouette": secure_simplified_silhouette,
+}
+
+
+def _federation(X, n_clients, *, seed=0, cls=InProcessRuntime):
+    rows = np.array_split(np.random.RandomState(seed).permutation(len(X)), n_clients)
+    fed = Federation(X, rows)
+    fed.spawn_seeds(np.random.RandomState(seed))
+    return rows, cls(fed, private_entropy=[seed])
+
+
+def _pooled(X, labels, centers, criterion):
+    if criterion == "calinski_harabasz":
+        return calinski_harabasz_score(X, labels)
+    if criterion == "davies_bouldin":
+        return davies_bouldin_score(X, labels)
+    return simplified_silhouette_score(X, labels, centers)
+
+
+@pytest.mark.parametrize("criterion", list(PROTOCOLS))
+@pytest.mark.parametrize("n_clients", [1, 3, 8])
+@pytest.mark.parametrize("kind", ["kmeans", "perturbed"])
+def test_federated_indices_equal_the_pooled_ones(criterion, n_clients, kind):
+    X, _ = make_blobs(400, n_features=3, centers=4, cluster_std=1.5, random_state=1)
+    centers = KMeans(4, n_init=10, random_state=0).fit(X).cluster_centers_
+    if kind == "perturbed":
+        # Not the cluster means: CH and DB still use the labels' means, as
+        # scikit-learn does; the centers only label the rows.
+        centers = centers + np.random.RandomState(3).normal(0, 0.5, centers.shape)
+    labels = nearest_center(X, centers)
+    _, runtime = _federation(X, n_clients)
+    got = PROTOCOLS[criterion](runtime, centers, random_state=0)
+    assert got == pytest.approx(_pooled(X, labels, centers, criterion), rel=1e-9)
+
+
+@pytest.mark.parametrize("criterion", list(PROTOCOLS))
+def test_federated_indices_are_exact_at_a_large_offset(criterion):
+    X, _ = make_blobs(300, n_features=2, centers=3, random_state=2)
+    centers = KMeans(3, n_init=10, random_state=0).fit(X).cluster_centers_
+    far, far_centers = X + 1.7e9, centers + 1.7e9
+    _, runtime = _federation(far, 4)
+    got = PROTOCOLS[criterion](runtime, far_centers, random_state=0)
+    # scikit-learn on the stored rows moved back (exactly: they are close to
+    # the offset); the indices are translation invariant.
+    back, back_centers = far - 1.7e9, far_centers - 1.7e9
+    labels = nearest_center(back, back_centers)
+    assert got == pytest.approx(_pooled(back, labels, back_centers, criterion), rel=1e-9)
+
+
+def keep_first_coordinate_labels(data, inbox, state, party):
+    return Reply(keep={"my labels": (data[:, 0] > 0).astype(np.intp)})
+
+
+@pytest.mark.parametrize("criterion", list(PROTOCOLS))
+def test_labels_the_clients_kept(criterion):
+    X, _ = make_blobs(300, n_features=2, centers=[[-3, 0], [3, 0], [4, 4]], random_state=0)
+    labels = (X[:, 0] > 0).astype(np.intp)
+    centers = np.array([[-1.0, 5.0], [1.0, -5.0]])  # far from the clusters' means
+    rows, runtime = _federation(X, 3)
+    runtime.run(keep_first_coordinate_labels, tag="labels")
+    got = PROTOCOLS[criterion](runtime, centers, labels_key="my labels", random_state=0)
+    assert got == pytest.approx(_pooled(X, labels, centers, criterion), rel=1e-9)
+
+
+def test_simplified_silhouette_by_hand_and_against_scikit_learn():
+    X = np.array([[0.0], [1.0], [4.0], [6.0]])
+    labels, centers = np.array([0, 0, 1, 1]), np.array([[0.5], [5.0]])
+    # a = 0.5, 0.5, 1, 1; b = 5, 4, 3.5, 5.5
+    expected = np.mean([4.5 / 5, 3.5 / 4, 2.5 / 3.5, 4.5 / 5.5])
+    assert simplified_silhouette_score(X, labels, centers) == pytest.approx(expected)
+    # scikit-learn's silhouette averages the distances to every member instead.
+    assert silhouette_score(X, labels) != pytest.approx(expected)
+    # A row on two centers at once, and both centers on it: 0, not NaN.
+    assert simplified_silhouette_score([[1.0], [1.0]], [0, 1], [[1.0], [1.0]]) == 0.0
+    with pytest.raises(ValueError, match="at least 2 centers"):
+        simplified_silhouette_score(X, np.zeros(4, int), centers[:1])
+    with pytest.raises(ValueError, match="index the centers"):
+        simplified_silhouette_score(X, [0, 0, 1, 2], centers)
+
+
+def test_one_cluster_is_refused_as_scikit_learn_does():
+    X, _ = make_blobs(60, centers=[[0, 0]], random_state=0)
+    _, runtime = _federation(X, 2)
+    centers = np.array([[0.0, 0.0], [100.0, 100.0]])
+    with pytest.raises(ValueError, match="Number of labels is 1"):
+        secure_calinski_harabasz(runtime, centers, random_state=0)
+    with pytest.raises(ValueError, match="at least 2 centers"):
+        secure_simplified_silhouette(runtime, centers[:1], random_state=0)
+
+
+def test_the_server_gets_only_masked_vectors_and_the_rounds_are_documented():
+    X, _ = make_blobs(200, centers=3, random_state=0)
+    centers = KMeans(3, n_init=10, random_state=0).fit(X).cluster_centers_
+    expected_rounds = {"calinski_harabasz": 4, "davies_bouldin": 8, "silhouette": 2}
+    for criterion, protocol in PROTOCOLS.items():
+        _, runtime = _federation(X, 5, cls=RecordingRuntime)
+        protocol(runtime, centers, random_state=0)
+        assert {name for name, _, _ in runtime.server_inputs} == {"unmask_sum"}
+        report = runtime.ledger.report()
+        assert report["rounds"] == expected_rounds[criterion], criterion
+        assert report["setup_rounds"] == 1
+
+
+def test_federated_score_of_a_fitted_estimator():
+    X, y = make_blobs(300, centers=3, random_state=0)
+    est = KFed(3, partition=3, random_state=0).fit(X)
+    for criterion in PROTOCOLS:
+        result = federated_score(est, X, criterion=criterion)
+        pooled = _pooled(X, est.labels_, est.cluster_centers_, criterion)
+        assert result.score == pytest.approx(pooled, rel=1e-9)
+        assert result.communication["bytes_up"] > 0
+    ids = np.arange(300) % 4
+    est = KFed(3, random_state=0).fit(X, client_ids=ids)
+    result = federated_score(est, X, client_ids=ids)
+    assert result.score == pytest.approx(calinski_harabasz_score(X, est.labels_), rel=1e-9)
+    assert result.communication["per_client"]["bytes_up"].shape == (4,)
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        federated_score(est, X, criterion="gap")
