@@ -5,7 +5,7 @@ computes, what crosses the wire, what the server learns) behind the usual
 ``fit`` / ``predict`` / ``labels_`` API.
 """
 
-from . import clusterers, datasets, federation, metrics, partition, preprocessing
+from . import clusterers, datasets, federation, metrics, model_selection, partition, preprocessing
 from .federation import SERVER, Federation, Ledger
 from .methods import (
     BaseFederatedClustering,
@@ -21,6 +21,7 @@ from .methods import (
     OmniFCClustering,
     feca_aggregate,
 )
+from .model_selection import select_n_clusters
 from .preprocessing import FederatedMinMaxScaler, FederatedStandardScaler
 
 __version__ = "0.1.0.dev0"
@@ -44,10 +45,12 @@ __all__ = [
     "SERVER",
     "__version__",
     "feca_aggregate",
+    "select_n_clusters",
     "clusterers",
     "datasets",
     "federation",
     "metrics",
+    "model_selection",
     "partition",
     "preprocessing",
 ]
