@@ -322,3 +322,33 @@ def test_the_survivors_announcement_costs_linear_work(monkeypatch):
     assert len(calls) < 40 * n
     announced = [m for m in runtime.ledger.messages if m.tag == TAG_SURVIVORS]
     assert len(announced) == 2 * n and all(m.nbytes == 8 * n for m in announced)
+
+
+def test_a_participant_without_participating_neighbours_refuses_to_upload_in_the_clear():
+    _, _, runtime = _runtime(n_clients=12)
+    aggregator = SecureAggregator(runtime, seed=0, degree=2)
+    # Two clients that are not neighbours on the sparse graph.
+    a = 0
+    b = next(c for c in range(12) if c != a and c not in aggregator.neighbours[a])
+    with pytest.raises(SecureSumError, match=r"no neighbour among the clients"):
+        aggregator.sum(counts_only, tag="counts", clients=[a, b])
+    # The clients check it themselves, whatever the server says.
+    from skfedclust.federation import Party
+    from skfedclust.federation._runtime import client_step_name
+    from skfedclust.secure._secure_sum import secure_sum_upload_step
+
+    with pytest.raises(SecureSumError, match="refusing to upload"):
+        secure_sum_upload_step(
+            np.ones((3, 2)),
+            {},
+            {"secure sum: seeds": {}},
+            Party(a, 0, [1]),
+            inner=client_step_name(counts_only),
+            inner_public={},
+            sum_index=0,
+            participants=[a, b],
+            neighbours=aggregator.neighbours,
+            threshold=1,
+            shifts=None,
+            n_clients=2,
+        )

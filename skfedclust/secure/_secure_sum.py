@@ -328,9 +328,17 @@ def secure_sum_upload_step(
         else:
             masked -= mask
     mine = [j for j in neighbours[me] if j in active]
+    if not mine and len(active) > 1:
+        # No neighbour takes part: no pairwise mask, and nobody could hold a
+        # share of a self mask, so the vector would go up in the clear. The
+        # check is the client's own, whatever the server asks.
+        raise SecureSumError(
+            f"client {me} has no neighbour among the {len(active)} clients of this sum: its "
+            "vector would reach the server unmasked; refusing to upload"
+        )
     self_seed = int.from_bytes(party.rng.bytes(16), "little") >> (128 - _SEED_BITS)
-    # With no participating neighbour nobody holds a share of the self mask, so
-    # the server could never remove it; such a vector is the sum's only term.
+    # Alone in the sum (its only term), a client adds no self mask: the server
+    # learns the sum, which is its vector, whatever it does.
     if mine:
         masked += _self_mask(self_seed, n)
     shares = (
@@ -561,6 +569,14 @@ class SecureAggregator:
         self.setup()
         runtime = self.runtime
         participants = list(range(runtime.n_clients)) if clients is None else sorted(clients)
+        active = set(participants)
+        lonely = [c for c in participants if not active.intersection(self.neighbours[c])]
+        if lonely and len(participants) > 1:
+            raise SecureSumError(
+                f"clients {lonely} have no neighbour among the clients of the secure sum "
+                f"{tag!r} on the degree-{self.degree} graph: their vectors could not be masked; "
+                "take part with more clients, or build the aggregator with a larger degree"
+            )
         sum_index = self.n_sums
         self.n_sums += 1
         shifts = None
