@@ -505,6 +505,7 @@ class InProcessRuntime(Runtime):
         )
         self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
+        self._data_blocks = {}
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, senders or None).
         #: It keeps no payload alive.
@@ -522,7 +523,18 @@ class InProcessRuntime(Runtime):
         return targets
 
     def _data(self, c):
-        return self._federation.client_data(c) if c < self.n_clients else None
+        if c >= self.n_clients:
+            return None
+        # Each client's block is cut out of the pooled rows once: a protocol of
+        # many rounds (Lloyd iterations) would otherwise copy every client's
+        # rows at every step. Read-only, so no step can change what a later
+        # step of the same client sees.
+        block = self._data_blocks.get(c)
+        if block is None:
+            block = np.ascontiguousarray(self._federation.client_data(c))
+            block.flags.writeable = False
+            self._data_blocks[c] = block
+        return block
 
     def _party(self, c):
         seed = int(self.seeds[c]) if c < self.n_clients else None
