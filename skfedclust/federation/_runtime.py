@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import hashlib
 import importlib
 import inspect
 import logging
@@ -116,7 +117,14 @@ def private_entropy(random_state):
         Entropy for :class:`numpy.random.SeedSequence`.
     """
     _, keys, pos, *_ = random_state.get_state(legacy=True)
-    return [_PRIVATE_DOMAIN, int(pos), *np.asarray(keys, dtype=np.uint32).tolist()]
+    # 256 bits digested from the generator's whole state: as unpredictable as
+    # the state, and cheap to seed each party's generator from at every step.
+    digest = hashlib.sha256(
+        np.uint32(_PRIVATE_DOMAIN).tobytes()
+        + np.uint32(pos).tobytes()
+        + np.asarray(keys, dtype=np.uint32).tobytes()
+    ).digest()
+    return np.frombuffer(digest, dtype=np.uint32).tolist()
 
 
 class Party:
