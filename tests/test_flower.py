@@ -291,7 +291,7 @@ def test_flower_fit_is_the_in_process_fit(name):
     assert not hasattr(estimator, "labels_")
     np.testing.assert_array_equal(estimator.client_outputs_["labels"], [60] * 4)
     assert estimator.n_features_in_ == 2 and estimator.n_clients_ == 4
-    for attribute in ("n_iter_", "n_removed_"):
+    for attribute in ("n_iter_", "n_removed_", "inertia_"):
         if hasattr(reference, attribute):
             np.testing.assert_array_equal(
                 getattr(estimator, attribute), getattr(reference, attribute)
