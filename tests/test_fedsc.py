@@ -116,7 +116,8 @@ def test_signature_is_the_documented_one():
         bandwidth="federated", bandwidth_scale=1.0, n_rounds=20, z_update="preconditioned",
         learning_rate="auto", aggregation="mean", final_coef="refit", kernel_scaling="minmax",
         n_neighbors="auto", kmeans_n_init=50, privacy=None, epsilon=None, delta=None,
-        clip_norm=None, noise_ratio=None, n_jobs=None, random_state=None, verbose=0,
+        clip_norm=None, coef_clip=None, neighbouring="replace-one", noise_ratio=None,
+        n_jobs=None, random_state=None, verbose=0,
     )  # fmt: skip
     assert list(params) == list(expected)
     assert {k: p.default for k, p in params.items()} == expected
@@ -131,6 +132,7 @@ def test_fitted_attributes(iris_fit, iris_clients):
     assert sparse.issparse(est.affinity_matrix_) and est.affinity_matrix_.shape == (n, n)
     assert est.objective_history_.shape == (20,)
     assert est.noise_scales_ == {} and est.privacy_spent_ is None
+    assert est.privacy_accountant_ is None
     # A list of clients is stacked as given: the server's order is the input order.
     np.testing.assert_array_equal(est.stacked_labels_, est.labels_)
     W = est.affinity_matrix_.tocoo()
@@ -365,8 +367,8 @@ def test_trilateration_recovers_every_sample_without_noise(iris_fit, iris_client
 
 
 CALIBRATED = dict(
-    privacy="factors", epsilon=1.0, delta=1e-5, clip_norm=10.0, bandwidth=2.5,
-    n_components=7, z_update="gradient", learning_rate=0.1,
+    privacy="factors", epsilon=1.0, delta=1e-5, bandwidth=2.5, n_components=7,
+    z_update="gradient", learning_rate=0.1,
 )  # fmt: skip
 
 
@@ -376,11 +378,23 @@ def test_calibrated_factor_noise_is_on_the_wire_and_defeats_the_attack(iris_clie
     est = FedSpectralClustering(3, n_rounds=3, kmeans_n_init=5, random_state=0, **CALIBRATED)
     runtime = check_protocol(est, clients, rounds=4)
     scales = factor_noise_scales(
-        1.0, 1e-5, clip_norm=10.0, bandwidth=2.5, n_components=7, lam=1e-2, n_rounds=3,
-        learning_rate=0.1,
-    )  # fmt: skip
+        1.0, 1e-5, bandwidth=2.5, n_components=7, lam=1e-2, n_rounds=3, learning_rate=0.1
+    )
     assert est.noise_scales_ == {"dictionary": scales.dictionary, "coef": scales.coef}
-    assert est.privacy_spent_ == pytest.approx((1.0, 1e-5))
+    # Sensitivities eta / (r sqrt(reg)) and 2 / sqrt(reg).
+    assert scales.dictionary_sensitivity == pytest.approx(0.1 / (2.5 * 0.1))
+    assert scales.coef_sensitivity == pytest.approx(20.0)
+    # Every release was charged, and what was spent is read from the accountant.
+    accountant = est.privacy_accountant_
+    assert accountant.neighbouring == "replace-one"
+    assert [r.what for r in accountant.releases] == [
+        "dictionary, round 1", "dictionary, round 2", "dictionary, round 3", "coefficients",
+    ]  # fmt: skip
+    assert [(r.sensitivity, r.sigma) for r in accountant.releases] == [
+        (scales.dictionary_sensitivity, scales.dictionary)
+    ] * 3 + [(scales.coef_sensitivity, scales.coef)]
+    assert est.privacy_spent_ == accountant.spent()
+    assert est.privacy_spent_ == pytest.approx((1.0, 1e-5), rel=1e-9)
     # The objective of the clean rows is not covered by the guarantee: it is not sent.
     assert est.objective_history_ is None
     assert all("objective" not in u for r in received(runtime, TAG_UPLOAD) for u in r.list())
@@ -388,26 +402,64 @@ def test_calibrated_factor_noise_is_on_the_wire_and_defeats_the_attack(iris_clie
     C_sent = np.hstack(coefs(runtime))
     np.testing.assert_array_equal(est.coef_, C_sent.T)
     Z = est.dictionary_
-    clean = solve_coefficients(clip_rows(X, 10.0), clip_rows(Z, 10.0), bandwidth=2.5, lam=1e-2)
+    clean = solve_coefficients(X, Z, bandwidth=2.5, lam=1e-2)
     assert np.std(C_sent - clean) == pytest.approx(scales.coef, rel=0.1)
-    # Round 1: uploads = clip(one clipped gradient step from Z^0) + N(0, sigma_Z^2).
+    # Round 1: uploads = one gradient step from Z^0 (nothing clipped) + N(0, sigma_Z^2).
     (_, inputs, public) = next(
         s for s in runtime.server_inputs if s[0] == "fedsc_initial_dictionary"
     )
-    Z0 = clip_rows(fedsc_initial_dictionary(*inputs, **public), 10.0)
+    Z0 = fedsc_initial_dictionary(*inputs, **public)
     for X_p, sent in zip(clients, received(runtime, TAG_UPLOAD)[0].list()):
         step = client_update(
-            clip_rows(X_p, 10.0),
-            Z0,
-            bandwidth=2.5,
-            lam=1e-2,
-            z_update="gradient",
-            learning_rate=0.1,
+            X_p, Z0, bandwidth=2.5, lam=1e-2, z_update="gradient", learning_rate=0.1
         ).dictionary
-        noise = sent["dictionary"] - clip_rows(step, 10.0)
+        noise = sent["dictionary"] - step
         assert np.std(noise) == pytest.approx(scales.dictionary, rel=0.5)
     error = np.abs(trilateration_attack(C_sent, Z, bandwidth=2.5, lam=1e-2) - X)
     assert error.mean() > X.std()
+
+
+@pytest.mark.parametrize("final_coef", ["refit", "legacy"])
+def test_coef_clip_bounds_the_step_and_the_release(iris_clients, final_coef):
+    """coef_clip clips the coefficients in the dictionary step and before their noise."""
+    clients, _ = iris_clients
+    kw = dict(CALIBRATED, epsilon=1e6, coef_clip=0.5, final_coef=final_coef)
+    est = FedSpectralClustering(3, n_rounds=2, kmeans_n_init=2, random_state=0, **kw)
+    runtime = check_protocol(est, clients)
+    scales = factor_noise_scales(
+        1e6, 1e-5, bandwidth=2.5, n_components=7, lam=1e-2, n_rounds=2, learning_rate=0.1,
+        coef_clip=0.5,
+    )  # fmt: skip
+    assert scales.coef_sensitivity == 1.0
+    assert scales.dictionary_sensitivity == pytest.approx(2 * 0.1 * 0.5 / 2.5)
+    assert est.privacy_accountant_.releases[-1].sensitivity == 1.0
+    # The coefficient noise is negligible here: the released columns are the clipped ones.
+    C_sent = np.hstack(coefs(runtime)) if final_coef == "refit" else est.coef_.T
+    assert np.linalg.norm(C_sent, axis=0).max() <= 0.5 + 20 * scales.coef
+    assert np.linalg.norm(C_sent, axis=0).max() > 0.45
+    (_, inputs, public) = next(
+        s for s in runtime.server_inputs if s[0] == "fedsc_initial_dictionary"
+    )
+    Z0 = fedsc_initial_dictionary(*inputs, **public)
+    X_p, sent = clients[0], received(runtime, TAG_UPLOAD)[0].list()[0]
+    step = client_update(
+        X_p, Z0, bandwidth=2.5, lam=1e-2, z_update="gradient", learning_rate=0.1, coef_clip=0.5
+    ).dictionary
+    np.testing.assert_allclose(sent["dictionary"], step, atol=20 * scales.dictionary)
+
+
+def test_accountant_refuses_what_the_neighbouring_relation_cannot_cover(iris_clients):
+    clients, _ = iris_clients
+    kw = dict(n_rounds=2, kmeans_n_init=2, random_state=0)
+    # The row counts are public under replace-one: the weighted mean's counts cost nothing.
+    est = FedSpectralClustering(3, aggregation="weighted", **kw, **CALIBRATED).fit(clients)
+    assert est.privacy_spent_ == pytest.approx((1.0, 1e-5), rel=1e-9)
+    assert len(est.privacy_accountant_.releases) == 3
+    # Add-remove neighbours differ in a row count, which the per-row messages reveal.
+    for params in (CALIBRATED, dict(privacy="data", epsilon=1.0, delta=1e-5, clip_norm=8.0)):
+        est = FedSpectralClustering(3, neighbouring="add-remove", **kw, **params)
+        with pytest.raises(ValueError, match="learns each client's row count"):
+            est.fit(clients)
 
 
 def test_relative_factor_noise_is_on_the_wire_and_hides_the_samples(iris_clients):
@@ -515,7 +567,10 @@ def test_data_noise_is_added_once_to_the_rows_that_leave(iris_clients, mode):
         np.testing.assert_allclose(C_p, expected)
     if mode == "calibrated":
         sigma = data_noise_scale(0.5, 1e-5, 8.0)
-        assert est.noise_scales_ == {"data": sigma} and est.privacy_spent_ == (0.5, 1e-5)
+        assert est.noise_scales_ == {"data": sigma}
+        assert est.privacy_spent_ == pytest.approx((0.5, 1e-5), rel=1e-9)
+        (release,) = est.privacy_accountant_.releases
+        assert (release.what, release.sensitivity, release.sigma) == ("rows", 16.0, sigma)
         noise = np.vstack([p["rows"] for p in rows]) - clip_rows(np.vstack(clients), 8.0)
         assert np.std(noise) == pytest.approx(sigma, rel=0.15)
     else:
@@ -629,6 +684,10 @@ def test_no_dense_n_by_n_matrix_is_held():
         (dict(privacy="factors", epsilon=1.0, delta=1.0), "delta"),
         (dict(privacy="factors", epsilon=1.0, delta=0.0), "delta"),
         (dict(privacy="data", epsilon=1.0, delta=1e-5), "clip_norm"),
+        (dict(CALIBRATED, clip_norm=4.0), "Leave clip_norm=None"),
+        (dict(privacy="factors", noise_ratio=0.1, coef_clip=1.0), "coef_clip bounds"),
+        (dict(coef_clip=1.0), "need privacy="),
+        (dict(CALIBRATED, epsilon=float("inf")), r"range \(0.0, inf\)"),
         (dict(privacy="data", epsilon=1.0), "both epsilon and delta"),
         (dict(privacy="data", epsilon=1.0, delta=1e-5, noise_ratio=0.1), "not both"),
         (dict(privacy="data"), "needs epsilon and delta"),
@@ -661,12 +720,12 @@ CENTRED_IRIS = load_iris().data - load_iris().data.mean(0)
         (dict(bandwidth=1e300), r"bandwidth=1e\+300 is outside .* overflows to inf"),
         # Noise whose squares overflow: named by the parameter that asks for it.
         (
-            dict(privacy="data", epsilon=1e-300, delta=1e-5, clip_norm=5.0),
-            r"epsilon=1e-300 .* standard deviation 4.84e\+301 on the rows.*larger epsilon",
+            dict(privacy="data", epsilon=1.0, delta=1e-5, clip_norm=1e150),
+            r"epsilon=1 and delta=1e-05 .* on the rows.*smaller clip_norm",
         ),
         (
-            dict(CALIBRATED, epsilon=1e-300),
-            r"epsilon=1e-300 .* on every dictionary.*larger epsilon",
+            dict(CALIBRATED, reg=1e-300),
+            r"epsilon=1 and delta=1e-05 .* on the coefficients.*larger reg or a coef_clip",
         ),
         (dict(privacy="data", noise_ratio=1e300), r"noise_ratio=1e\+300 .* client's rows"),
         (dict(privacy="factors", noise_ratio=1e300), r"noise_ratio=1e\+300 .* dictionary"),
@@ -686,7 +745,7 @@ def test_extreme_but_representable_values_still_fit():
     """Just inside the limits the fit runs: noise far above the data, a huge bandwidth."""
     kw = dict(n_rounds=2, kmeans_n_init=2, random_state=0)
     for params in (
-        dict(privacy="data", epsilon=1e-140, delta=1e-5, clip_norm=5.0),
+        dict(privacy="data", epsilon=1.0, delta=1e-5, clip_norm=1e130),
         dict(privacy="data", noise_ratio=1e100),
         dict(bandwidth=1e100),
     ):
@@ -701,13 +760,18 @@ def test_a_bandwidth_that_dwarfs_the_data_is_refused_by_the_clients():
         client_update(CENTRED_IRIS, Z, bandwidth=1e8, lam=1e-2, check_underflow=True)
 
 
-def test_large_epsilon_warns_that_the_classical_bound_does_not_apply():
+def test_large_epsilon_is_exact_and_does_not_warn():
+    """The exact calibration holds at every epsilon: what is asked is what is spent."""
     X = load_iris().data - load_iris().data.mean(0)
     est = FedSpectralClustering(
-        3, privacy="data", epsilon=2.0, delta=1e-5, clip_norm=5.0, n_rounds=1, kmeans_n_init=2
+        3, privacy="data", epsilon=300.0, delta=1e-5, clip_norm=5.0, n_rounds=1, kmeans_n_init=2
     )
-    with pytest.warns(UserWarning, match="epsilon=2 >= 1"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         est.fit(X)
+    assert est.privacy_spent_[0] == pytest.approx(300.0, rel=1e-9)
+    # The classical sigma = sqrt(2 ln(1.25 / delta)) 2 tau / epsilon would be 3x too small.
+    assert est.noise_scales_["data"] > 2.5 * 4.84481 * 10.0 / 300.0
 
 
 def test_identical_and_shifted_inputs(iris_clients):

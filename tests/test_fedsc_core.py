@@ -275,11 +275,9 @@ def test_trilateration_recovers_iris_from_noiseless_coefficients(iris_run):
 
 def test_trilateration_fails_on_noisy_coefficients(iris_run):
     X, r, d, Z, coef, _ = iris_run
-    clip_norm = np.linalg.norm(X, axis=1).max()
     scales = factor_noise_scales(
-        0.5, 1e-5, clip_norm=clip_norm, bandwidth=r, n_components=d, lam=1e-2,
-        n_rounds=20, learning_rate=0.1,
-    )  # fmt: skip
+        0.5, 1e-5, bandwidth=r, n_components=d, lam=1e-2, n_rounds=20, learning_rate=0.1
+    )
     noisy = add_gaussian_noise(coef, scales.coef, random_state=0)
     error = np.abs(trilateration_attack(noisy, Z, bandwidth=r, lam=1e-2) - X)
     assert error.mean() > X.std()

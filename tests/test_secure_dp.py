@@ -1,164 +1,189 @@
-"""Tests of skfedclust.secure._dp: Gaussian mechanism, clipping, FedSC calibrations."""
+"""Tests of skfedclust.secure._dp: FedSC's sensitivities, calibrations, clipping, noise."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest
+from scipy.optimize import brentq
 from scipy.stats import norm
 
+from skfedclust.methods._fedsc_core import client_update, solve_coefficients
 from skfedclust.secure import (
     add_gaussian_noise,
-    basic_composition,
     clip_columns,
     clip_rows,
+    coef_norm_bound,
     coef_sensitivity,
-    composed_gaussian_scale,
     data_noise_scale,
     dictionary_sensitivity,
     factor_noise_scales,
-    gaussian_noise_multiplier,
-    gaussian_noise_scale,
     relative_noise_scale,
 )
 
-# The worked example of FedSC's factor calibration: tau_X = 1, Upsilon = 2,
-# r = 1, d = 10, lam = 0.01, S = 20, eta = 0.1, eps_C = eps_Z = 1,
-# delta_C = delta_Z = 1e-5.
-F13 = dict(clip_norm=1.0, bandwidth=1.0, n_components=10, lam=0.01, n_rounds=20, learning_rate=0.1)
+FACTORS = dict(bandwidth=1.0, n_components=10, lam=0.01, n_rounds=20, learning_rate=0.1)
 
 
-def exact_gaussian_delta(sigma, sensitivity, epsilon):
-    """Smallest delta for which N(0, sigma^2) noise is (epsilon, delta)-DP.
+def gdp_epsilon(mu, delta):
+    """epsilon at delta of mu-GDP (Dong, Roth & Su), computed without the package."""
 
-    The exact characterisation of Balle & Wang (ICML 2018, Theorem 8); an
-    independent check of the classical, conservative calibration.
-    """
-    a = sensitivity / (2 * sigma)
-    b = epsilon * sigma / sensitivity
-    return norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b)
+    def delta_of(epsilon):
+        tail = math.exp(min(epsilon + norm.logcdf(-epsilon / mu - mu / 2), 700.0))
+        return norm.cdf(-epsilon / mu + mu / 2) - tail
 
-
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return fn(*args, **kwargs)
+    hi = 1.0
+    while delta_of(hi) > delta:
+        hi *= 2
+    return brentq(lambda e: delta_of(e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
 
 
 # --------------------------------------------------------------------------- #
-# Worked vector
+# Calibration: exact, at every epsilon
 # --------------------------------------------------------------------------- #
-def test_worked_vector_of_factor_and_data_calibration():
-    assert gaussian_noise_multiplier(1e-5) == pytest.approx(4.84481, rel=1e-5)
-    tau_c = math.sqrt(10) / 0.01
-    assert dictionary_sensitivity(
-        clip_norm=1.0, bandwidth=1.0, n_components=10, learning_rate=0.1, coef_bound=tau_c
-    ) == pytest.approx(2697.37, rel=1e-5)
-
-    with pytest.warns(UserWarning, match="epsilon=1 >= 1"):
-        scales = factor_noise_scales(2.0, 2e-5, **F13)
-    assert scales.coef == pytest.approx(9192.37, rel=1e-5)
-    assert scales.dictionary == pytest.approx(115769.3, rel=1e-5)
-    assert scales.dictionary_budget == pytest.approx((1.0, 1e-5))
-    assert scales.coef_budget == pytest.approx((1.0, 1e-5))
-    assert scales.total_budget == pytest.approx((2.0, 2e-5))
-
-    with pytest.warns(UserWarning):
-        assert data_noise_scale(1.0, 1e-5, 1.0) == pytest.approx(9.6896, rel=1e-4)
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 10.0, 100.0, 500.0, 1e4])
+def test_factor_noise_spends_exactly_the_budget(epsilon):
+    """S dictionaries and one coefficient release compose (mu-GDP) to the requested epsilon."""
+    delta = 1e-5
+    s = factor_noise_scales(epsilon, delta, **FACTORS)
+    mu = math.hypot(
+        math.sqrt(FACTORS["n_rounds"]) * s.dictionary_sensitivity / s.dictionary,
+        s.coef_sensitivity / s.coef,
+    )
+    assert gdp_epsilon(mu, delta) == pytest.approx(epsilon, rel=1e-6)
+    # Half of mu**2 each.
+    assert FACTORS["n_rounds"] * (s.dictionary_sensitivity / s.dictionary) ** 2 == pytest.approx(
+        (s.coef_sensitivity / s.coef) ** 2
+    )
 
 
-def test_factor_calibration_follows_the_bounds():
-    base = quiet(factor_noise_scales, 2.0, 2e-5, **F13)
-    # A tighter coefficient bound shrinks the dictionary noise in proportion
-    # and leaves the coefficient noise alone.
-    tight = quiet(factor_noise_scales, 2.0, 2e-5, coef_clip=math.sqrt(10) / 0.01 / 4, **F13)
-    assert tight.dictionary == pytest.approx(base.dictionary / 4)
-    assert tight.coef == base.coef
-    # A looser clip than the automatic bound changes nothing.
-    loose = quiet(factor_noise_scales, 2.0, 2e-5, coef_clip=1e9, **F13)
-    assert loose == base
-    # The split moves budget between the two releases.
-    more_z = quiet(factor_noise_scales, 2.0, 2e-5, epsilon_split=0.8, **F13)
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 100.0, 1e3])
+def test_data_noise_is_the_exact_gaussian_mechanism(epsilon):
+    sigma = data_noise_scale(epsilon, 1e-5, 3.0)
+    assert gdp_epsilon(6.0 / sigma, 1e-5) == pytest.approx(epsilon, rel=1e-6)
+
+
+def test_the_classical_calibration_would_overstate_the_privacy():
+    """What the replaced formulas promised and what they delivered (mu-GDP)."""
+    delta = 1e-5
+    # sigma = c Delta / epsilon, c = sqrt(2 ln(1.25 / delta)): epsilon = 100 is really ~300.
+    classical = math.sqrt(2 * math.log(1.25 / delta)) / 100.0
+    assert gdp_epsilon(1.0 / classical, delta) > 250
+    assert data_noise_scale(100.0, delta, 0.5) > classical
+    # The composition formula: epsilon = 500 over 20 rounds was really about 1030.
+    S, eps = 20, 500.0
+    composed = math.sqrt(8 * S * math.log(math.e + eps / delta)) / eps
+    assert gdp_epsilon(math.sqrt(S) / composed, delta) > 1000
+
+
+def test_factor_calibration_follows_the_sensitivities():
+    base = factor_noise_scales(2.0, 1e-5, **FACTORS)
+    assert base.coef_sensitivity == 20.0  # 2 / sqrt(lam)
+    assert base.dictionary_sensitivity == pytest.approx(1.0)  # eta / (r sqrt(lam))
+    # A coefficient clip below 1 / (2 sqrt(lam)) shrinks both in proportion.
+    tight = factor_noise_scales(2.0, 1e-5, coef_clip=2.5, **FACTORS)
+    assert tight.dictionary == pytest.approx(base.dictionary / 2)
+    assert tight.coef == pytest.approx(base.coef / 4)
+    # A looser clip than the automatic bounds changes nothing.
+    assert factor_noise_scales(2.0, 1e-5, coef_clip=1e9, **FACTORS) == base
+    # The share moves mu**2 between the two releases.
+    more_z = factor_noise_scales(2.0, 1e-5, dictionary_share=0.8, **FACTORS)
     assert more_z.dictionary < base.dictionary and more_z.coef > base.coef
-    assert more_z.total_budget == pytest.approx((2.0, 2e-5))
     # The dictionary noise covers every round: sigma grows like sqrt(S).
-    longer = quiet(factor_noise_scales, 2.0, 2e-5, **{**F13, "n_rounds": 80})
+    longer = factor_noise_scales(2.0, 1e-5, **{**FACTORS, "n_rounds": 80})
     assert longer.dictionary == pytest.approx(2 * base.dictionary)
+    assert longer.coef == base.coef
 
 
-def test_coef_sensitivity_bounds_a_real_coefficient_change():
-    """Replacing one sample moves its coefficient vector by at most the bound."""
+def test_coefficient_norm_bounds():
+    assert coef_norm_bound(lam=0.04) == pytest.approx(5.0)
+    assert coef_norm_bound(lam=0.04, coef_clip=1.5) == 1.5
+    # sqrt(d) / lam is smaller only for lam > d.
+    assert coef_norm_bound(lam=4.0, n_components=1) == pytest.approx(0.25)
+    assert coef_norm_bound(lam=0.04, n_components=10) == pytest.approx(5.0)
     rng = np.random.default_rng(0)
-    d, lam, r, tau = 6, 0.05, 0.8, 1.0
-    Z = clip_rows(rng.normal(size=(d, 3)), tau)
-    gram = np.exp(-((Z[:, None] - Z[None]) ** 2).sum(-1) / (2 * r**2))
-    G = np.linalg.inv(gram + lam * np.eye(d))
-    worst = 0.0
-    for _ in range(200):
-        x, x2 = clip_rows(rng.normal(size=(2, 3)) * 3, tau)
-        kx = np.exp(-((Z - x) ** 2).sum(1) / (2 * r**2))
-        kx2 = np.exp(-((Z - x2) ** 2).sum(1) / (2 * r**2))
-        worst = max(worst, np.linalg.norm(G @ (kx - kx2)))
-    bound = coef_sensitivity(clip_norm=tau, bandwidth=r, n_components=d, lam=lam)
-    assert 0 < worst <= bound
+    for lam in (1e-3, 1e-2, 1.0):
+        Z, X = rng.normal(size=(6, 2)) * 0.3, rng.normal(size=(200, 2))
+        C = solve_coefficients(X, Z, bandwidth=0.5, lam=lam)
+        assert np.linalg.norm(C, axis=0).max() <= coef_norm_bound(lam=lam)
 
 
 @pytest.mark.parametrize("t", [0.01, 7.0])
 def test_sensitivities_respect_the_units_of_length(t):
-    """Rescaling every length by t leaves the kernel, hence the coefficients, unchanged.
-
-    The coefficient sensitivity is then unit-free, and a gradient step (whose
-    step size is a squared length) moves the dictionary by a length.
-    """
-    lengths = dict(clip_norm=0.7, bandwidth=1.3, max_distance=1.9)
-    scaled = {key: t * value for key, value in lengths.items()}
-    assert coef_sensitivity(n_components=5, lam=0.1, **scaled) == pytest.approx(
-        coef_sensitivity(n_components=5, lam=0.1, **lengths)
-    )
-    common = dict(n_components=5, coef_bound=12.0)
-    step = dictionary_sensitivity(learning_rate=0.2, dictionary_bound=1.1, **lengths, **common)
-    step_scaled = dictionary_sensitivity(
-        learning_rate=0.2 * t**2, dictionary_bound=1.1 * t, **scaled, **common
-    )
-    assert step_scaled == pytest.approx(t * step)
+    """Rescaling every length by t leaves the coefficients unchanged, and a gradient
+    step (whose step size is a squared length) moves the dictionary by a length."""
+    common = dict(lam=0.05, n_components=5)
+    assert coef_sensitivity(**common) == coef_sensitivity(**common)
+    step = dictionary_sensitivity(bandwidth=1.3, learning_rate=0.2, **common)
+    scaled = dictionary_sensitivity(bandwidth=1.3 * t, learning_rate=0.2 * t**2, **common)
+    assert scaled == pytest.approx(t * step)
 
 
 # --------------------------------------------------------------------------- #
-# Gaussian mechanism and composition
+# Sensitivities against an adversary
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("epsilon", [0.05, 0.3, 0.9])
-@pytest.mark.parametrize("delta", [1e-3, 1e-6])
-def test_classical_scale_meets_the_exact_privacy_condition(epsilon, delta):
-    sigma = gaussian_noise_scale(1.0, epsilon, delta)
-    assert exact_gaussian_delta(sigma, 1.0, epsilon) <= delta
-    # The factor c is strictly above its threshold.
-    assert gaussian_noise_multiplier(delta) ** 2 > 2 * math.log(1.25 / delta)
+def _releases(X, Z, *, r, lam, eta, coef_clip):
+    """What the client sends: its dictionary after one gradient step, and the
+    coefficients of row 0 (clipped to coef_clip if given), for the same Z."""
+    upload = client_update(
+        X, Z, bandwidth=r, lam=lam, z_update="gradient", learning_rate=eta, coef_clip=coef_clip
+    ).dictionary
+    coef = solve_coefficients(X[:1], Z, bandwidth=r, lam=lam)
+    if coef_clip is not None:
+        coef = clip_columns(coef, coef_clip)
+    return upload, coef[:, 0]
 
 
-@pytest.mark.parametrize("n_compositions", [1, 5, 20])
-@pytest.mark.parametrize("epsilon", [0.5, 2.0])
-def test_composed_scale_covers_all_releases(n_compositions, epsilon):
-    """n Gaussian releases of sensitivity s equal one of sensitivity s * sqrt(n)."""
-    delta = 1e-5
-    sigma = composed_gaussian_scale(1.0, epsilon, delta, n_compositions)
-    assert exact_gaussian_delta(sigma, math.sqrt(n_compositions), epsilon) <= delta
-    # Scale is linear in the sensitivity.
-    assert composed_gaussian_scale(3.0, epsilon, delta, n_compositions) == pytest.approx(3 * sigma)
+def _adversarial_search(*, lam, coef_clip, seed, restarts=4, steps=150, n=5, d=4, m=2):
+    """Largest changes of the releases found by replacing row 0 of a client.
+
+    Random restarts over the client's other rows, the public dictionary and the
+    two candidate rows, then a local search (accepted random moves with a
+    shrinking step) over the replaced row, its replacement and the dictionary,
+    for each of the two releases. Returns the largest ratios to the reported
+    sensitivities."""
+    rng = np.random.default_rng(seed)
+    r, eta = 1.0, 0.5
+    bounds = (
+        dictionary_sensitivity(bandwidth=r, learning_rate=eta, lam=lam, coef_clip=coef_clip),
+        coef_sensitivity(lam=lam, coef_clip=coef_clip),
+    )
+    worst = [0.0, 0.0]
+    for release in (0, 1):
+        for _ in range(restarts):
+            X = rng.normal(size=(n, m))
+            Z = rng.normal(size=(d, m)) * rng.uniform(0.05, 1.5)
+            x, x2 = rng.normal(size=(2, m)) * 2
+
+            def change(x, x2, Z, X=X, release=release):
+                A, B = X.copy(), X.copy()
+                A[0], B[0] = x, x2
+                a = _releases(A, Z, r=r, lam=lam, eta=eta, coef_clip=coef_clip)[release]
+                b = _releases(B, Z, r=r, lam=lam, eta=eta, coef_clip=coef_clip)[release]
+                return np.linalg.norm(a - b)
+
+            best, step = change(x, x2, Z), 0.5
+            for _ in range(steps):
+                moved = (
+                    x + step * rng.normal(size=m),
+                    x2 + step * rng.normal(size=m),
+                    Z + 0.3 * step * rng.normal(size=Z.shape),
+                )
+                value = change(*moved)
+                if value > best:
+                    (x, x2, Z), best = moved, value
+                else:
+                    step *= 0.99
+            worst[release] = max(worst[release], best / bounds[release])
+    return worst
 
 
-def test_large_epsilon_warns_for_the_classical_mechanism_only():
-    with pytest.warns(UserWarning, match="proved only for epsilon < 1"):
-        gaussian_noise_scale(1.0, 1.5, 1e-5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        composed_gaussian_scale(1.0, 1.5, 1e-5, 3)
-        gaussian_noise_scale(1.0, 0.99, 1e-5)
-
-
-def test_basic_composition_adds_budgets():
-    assert basic_composition((0.3, 1e-6), (0.2, 2e-6), (1.5, 1e-6)) == pytest.approx((2.0, 4e-6))
-    with pytest.raises(ValueError, match="at least one"):
-        basic_composition()
+@pytest.mark.parametrize("lam, coef_clip", [(1e-2, None), (1e-3, None), (1e-3, 0.5), (1e-1, None)])
+def test_no_neighbouring_data_set_exceeds_the_sensitivities(lam, coef_clip):
+    """The coefficients are re-solved from the replaced row inside the step; the
+    search moves the public dictionary too, so the bounds hold for every Z."""
+    dictionary_ratio, coef_ratio = _adversarial_search(lam=lam, coef_clip=coef_clip, seed=0)
+    assert dictionary_ratio <= 1.0 and coef_ratio <= 1.0
+    # The search is not idle: it reaches a visible fraction of both bounds.
+    assert dictionary_ratio > 0.05 and coef_ratio > 0.05
 
 
 def test_add_gaussian_noise_has_the_requested_spread_and_copies():
@@ -202,29 +227,25 @@ def test_relative_noise_scale_uses_population_std():
 # --------------------------------------------------------------------------- #
 # Errors
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("epsilon", [0, -1.0, float("nan"), float("inf"), None])
+@pytest.mark.parametrize("epsilon", [0, -1.0, float("nan"), None])
 def test_invalid_epsilon(epsilon):
     with pytest.raises(ValueError, match="epsilon"):
-        gaussian_noise_scale(1.0, epsilon, 1e-5)
+        data_noise_scale(epsilon, 1e-5, 1.0)
     with pytest.raises(ValueError, match="epsilon"):
-        factor_noise_scales(epsilon, 1e-5, **F13)
+        factor_noise_scales(epsilon, 1e-5, **FACTORS)
 
 
 @pytest.mark.parametrize("delta", [0, 1, -1e-3, 1.5, None])
 def test_invalid_delta(delta):
-    with pytest.raises(ValueError, match=r"delta must lie in the open interval \(0, 1\)"):
-        gaussian_noise_scale(1.0, 0.5, delta)
     with pytest.raises(ValueError, match="delta"):
         data_noise_scale(0.5, delta, 1.0)
     with pytest.raises(ValueError, match="delta"):
-        composed_gaussian_scale(1.0, 0.5, delta, 3)
+        factor_noise_scales(0.5, delta, **FACTORS)
 
 
 def test_missing_clip_norm_is_a_clear_error():
     with pytest.raises(ValueError, match="clip_norm is required"):
         data_noise_scale(0.5, 1e-5, None)
-    with pytest.raises(ValueError, match="clip_norm is required"):
-        factor_noise_scales(1.0, 1e-5, **{**F13, "clip_norm": None})
     with pytest.raises(ValueError, match="clip_norm must be a finite number > 0"):
         data_noise_scale(0.5, 1e-5, 0.0)
     with pytest.raises(ValueError, match="max_norm"):
@@ -233,15 +254,17 @@ def test_missing_clip_norm_is_a_clear_error():
 
 def test_other_invalid_parameters():
     with pytest.raises(ValueError, match="fixed, data-independent"):
-        factor_noise_scales(1.0, 1e-5, **{**F13, "learning_rate": "auto"})
-    with pytest.raises(ValueError, match="epsilon_split"):
-        factor_noise_scales(1.0, 1e-5, epsilon_split=1.0, **F13)
-    with pytest.raises(ValueError, match="n_compositions"):
-        composed_gaussian_scale(1.0, 1.0, 1e-5, 0)
+        factor_noise_scales(1.0, 1e-5, **{**FACTORS, "learning_rate": "auto"})
+    with pytest.raises(ValueError, match="dictionary_share"):
+        factor_noise_scales(1.0, 1e-5, dictionary_share=1.0, **FACTORS)
+    with pytest.raises(ValueError, match="n_rounds"):
+        factor_noise_scales(1.0, 1e-5, **{**FACTORS, "n_rounds": 0})
     with pytest.raises(ValueError, match="n_components"):
-        coef_sensitivity(clip_norm=1.0, bandwidth=1.0, n_components=0, lam=0.1)
-    with pytest.raises(ValueError, match="sensitivity"):
-        gaussian_noise_scale(-1.0, 0.5, 1e-5)
+        coef_sensitivity(n_components=0, lam=0.1)
+    with pytest.raises(ValueError, match="lam"):
+        coef_sensitivity(lam=0.0)
+    with pytest.raises(ValueError, match="coef_clip"):
+        dictionary_sensitivity(bandwidth=1.0, learning_rate=0.1, lam=0.1, coef_clip=-1.0)
     with pytest.raises(ValueError, match="scale"):
         add_gaussian_noise(np.ones(2), -0.1)
     with pytest.raises(ValueError, match="2D"):

@@ -11,8 +11,8 @@ every client the labels of its own samples.
 
 The math lives in :mod:`skfedclust.methods._fedsc_core` (client and server updates),
 :mod:`skfedclust.clusterers._njw` (the kNN graph of the factorised kernel and
-NJW) and :mod:`skfedclust.secure` (the calibrated Gaussian mechanism); this
-module is the protocol: client steps, server steps and the estimator.
+NJW) and :mod:`skfedclust.secure` (sensitivities, exact calibration and accounting of
+the Gaussian noise); this module is the protocol: client steps, server steps and the estimator.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
 from ..federation import Reply
 from ..partition import IIDPartition
+from ..secure._accounting import NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
     add_gaussian_noise,
     clip_rows,
@@ -123,7 +124,6 @@ def fedsc_prepare(
     party,
     *,
     data_noise,
-    clip_norm,
     send_distance,
     send_sums,
     send_rows,
@@ -133,9 +133,8 @@ def fedsc_prepare(
 
     With ``privacy='data'`` the client perturbs its rows once, here, and
     computes everything afterwards on the perturbed copy, which it keeps
-    (``data_noise`` says how; calibrated noise clips the rows first). With
-    calibrated factor noise it clips its rows to ``clip_norm`` and keeps
-    them. Then it sends, as asked: the scale of relative data noise (one
+    (``data_noise`` says how; calibrated noise clips the rows first). Then
+    it sends, as asked: the scale of relative data noise (one
     float), the mean distance between its distinct rows and their number of pairs (the
     federated bandwidth), their feature sums and count (the centre of the
     initial dictionary), or the rows themselves (the pooled shortcut of the
@@ -151,9 +150,6 @@ def fedsc_prepare(
             # Relative noise follows the spread of the private rows: only the
             # client knows its scale, and reports it (one float).
             send["noise_scale"] = np.float64(sigma)
-    elif clip_norm is not None:
-        rows = clip_rows(data, clip_norm)
-        keep["rows"] = rows
     if send_distance:
         send["pair_distance"] = pair_distance_statistic(
             rows, max_samples=max_samples, random_state=party.seed
@@ -191,12 +187,12 @@ def fedsc_round(
     state,
     party,
     *,
-    round_index,
+    check_underflow,
     bandwidth,
     reg,
     z_update,
     learning_rate,
-    clip_norm,
+    coef_clip,
     dictionary_noise,
     send_count,
     send_objective,
@@ -212,16 +208,17 @@ def fedsc_round(
     count for the weighted mean (``"count"``), its objective ``f_p`` at the
     broadcast dictionary (``"objective"``, one float, unless
     ``send_objective`` is false) and, under relative noise, the noise scale it
-    drew (``"noise_scale"``). In calibrated mode the received and the updated
-    atoms are clipped to ``clip_norm`` first, which bounds the sensitivity.
-    With ``send_coef`` (the last round of ``final_coef='legacy'``) it also
-    sends its coefficients (``"coef"``), perturbed if asked (and their
-    relative noise scale, ``"coef_noise_scale"``).
+    drew (``"noise_scale"``). With ``coef_clip`` the coefficients in the
+    dictionary step are clipped to it (and, if sent, the coefficients).
+    ``check_underflow`` lets the client refuse a dictionary out of reach of
+    its rows (an error, which calibrated noise does not cover, so it is off
+    there). With ``send_coef`` (the last round
+    of ``final_coef='legacy'``) it also sends its coefficients (``"coef"``),
+    perturbed if asked (and their relative noise scale,
+    ``"coef_noise_scale"``).
     """
     r = _bandwidth_of(inbox, state, bandwidth)
     dictionary = inbox[TAG_DICTIONARY]
-    if clip_norm is not None:
-        dictionary = clip_rows(dictionary, clip_norm)
     rows = _client_rows(data, state)
     update = client_update(
         rows,
@@ -230,12 +227,10 @@ def fedsc_round(
         lam=reg,
         z_update=z_update,
         learning_rate=learning_rate,
-        check_underflow=round_index == 0,
+        coef_clip=coef_clip,
+        check_underflow=check_underflow,
     )
-    upload = update.dictionary
-    if clip_norm is not None:
-        upload = clip_rows(upload, clip_norm)
-    upload, sigma = _perturb(upload, dictionary_noise, party.rng, "dictionary")
+    upload, sigma = _perturb(update.dictionary, dictionary_noise, party.rng, "dictionary")
     send = {"dictionary": upload}
     if send_count:
         send["count"] = len(rows)
@@ -257,16 +252,15 @@ def _relative(noise):
     return noise is not None and noise[0] == "ratio"
 
 
-def fedsc_coefficients(data, inbox, state, party, *, reg, clip_norm, coef_noise):
+def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     """Client step: coefficients of the client's rows for the final dictionary.
 
     ``C_p = (K(Z, Z) + reg I)^-1 K(Z, X_p)``, perturbed if asked, then sent
     (``"coef"``, one column per sample, as in the paper), with the scale of
-    relative noise (``"noise_scale"``).
+    relative noise (``"noise_scale"``). Calibrated noise clips every
+    coefficient vector to ``coef_clip`` first, if given.
     """
     dictionary = inbox[TAG_DICTIONARY]
-    if clip_norm is not None:
-        dictionary = clip_rows(dictionary, clip_norm)
     rows = _client_rows(data, state)
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
@@ -354,7 +348,7 @@ def fedsc_initial_dictionary(*stats, n_clients, n_components, n_features, bandwi
     return aggregate_dictionaries(slots)
 
 
-def fedsc_aggregate(uploads, *, aggregation, with_coef, clip_norm):
+def fedsc_aggregate(uploads, *, aggregation, with_coef):
     """Server step: the next dictionary, the mean of the uploads (Eq. 11).
 
     ``aggregation='weighted'`` weights client ``p`` by ``n_p / n`` (the
@@ -368,8 +362,6 @@ def fedsc_aggregate(uploads, *, aggregation, with_coef, clip_norm):
     payloads = uploads.list()
     counts = [p["count"] for p in payloads] if aggregation == "weighted" else None
     dictionary = aggregate_dictionaries([p["dictionary"] for p in payloads], sample_counts=counts)
-    if clip_norm is not None:
-        dictionary = clip_rows(dictionary, clip_norm)
     coef = np.hstack([p["coef"] for p in payloads]) if with_coef else None
     report = {
         "objective": (
@@ -441,8 +433,10 @@ class FedSpectralClustering(BaseFederatedClustering):
     private. ``privacy='factors'`` perturbs every uploaded dictionary and the
     coefficients, ``privacy='data'`` the samples themselves; with ``epsilon``
     and ``delta`` the noise is calibrated to an ``(epsilon, delta)``
-    differential-privacy guarantee (the paper's Proposition 3.7 and Theorem
-    3.9), with ``noise_ratio`` it is relative to the spread of what is
+    differential-privacy guarantee for data sets that differ in one replaced
+    row (sensitivities proved for the protocol as it runs, every release
+    charged to a :class:`~skfedclust.secure.PrivacyAccountant` and composed
+    exactly), with ``noise_ratio`` it is relative to the spread of what is
     perturbed, as in the paper's experiments, without a formal guarantee.
 
     Read more in the :ref:`User Guide <fedsc>`.
@@ -515,16 +509,33 @@ class FedSpectralClustering(BaseFederatedClustering):
         anything else (everything afterwards is post-processing); or every
         uploaded dictionary and their coefficients.
     epsilon : float, default=None
-        Total privacy budget of the calibrated mode (> 0). With
-        ``privacy='factors'`` half goes to the dictionaries of all rounds,
-        half to the coefficients.
+        Privacy budget of the calibrated mode (> 0), for the whole fit. The
+        releases compose exactly (``mu``-GDP); with ``privacy='factors'``
+        half of ``mu**2`` goes to the dictionaries of all rounds, half to the
+        coefficients. Valid at every ``epsilon``.
     delta : float, default=None
-        Total ``delta`` of the calibrated mode, in (0, 1); split like
-        ``epsilon``.
+        The ``delta`` of the calibrated mode, in (0, 1).
     clip_norm : float, default=None
-        Public bound ``tau_X`` on the sample norms (calibrated mode, required):
-        the clients clip their rows (and, with factor noise, every atom) to
-        it. Clipping is around the origin: centre the data first.
+        Public bound ``tau_X`` on the sample norms of calibrated
+        ``privacy='data'`` (required there): the clients clip their rows to
+        it. Clipping is around the origin: centre the data first. Calibrated
+        ``privacy='factors'`` needs none (its sensitivities hold for rows of
+        any norm) and refuses it.
+    coef_clip : float, default=None
+        Calibrated ``privacy='factors'`` only: the clients clip every
+        coefficient vector to this norm, in the dictionary step and in the
+        release, which bounds the sensitivities by ``coef_clip`` instead of
+        ``1 / sqrt(reg)``. The coefficients of Iris have norms of about 1 to
+        3; clipping below them biases the reconstruction.
+    neighbouring : {"replace-one", "add-remove"}, default="replace-one"
+        Which data sets the guarantee calls neighbours: ``"replace-one"``, one
+        row of one client replaced by any other (the clients' row counts are
+        public: the server receives one coefficient vector per row and sends
+        back one label per row, and the counts sent with
+        ``aggregation='weighted'`` are the same in both data sets).
+        ``"add-remove"`` (one row more or less) cannot be covered, because
+        those per-row messages reveal every client's row count, and is
+        refused with calibrated noise.
     noise_ratio : float or (float, float), default=None
         Relative noise of the paper's experiments: ``privacy='data'`` adds
         ``N(0, (noise_ratio std(X_p))**2)`` to the rows of client ``p``;
@@ -579,7 +590,14 @@ class FedSpectralClustering(BaseFederatedClustering):
         client (``"data"``, ``"coef"``) and per round and client
         (``"dictionary"``, shape ``(n_rounds, n_clients)``).
     privacy_spent_ : tuple of (float, float) or None
-        ``(epsilon, delta)`` of the calibrated mode; None otherwise.
+        ``(epsilon, delta)`` the calibrated mode spent, read from
+        ``privacy_accountant_`` (the exact composition of its releases);
+        None otherwise.
+    privacy_accountant_ : PrivacyAccountant or None
+        The accountant the calibrated mode charged, before each release was
+        made: its ``releases`` list every noisy release with its sensitivity
+        and noise (``"rows"``; or ``"dictionary, round s"`` for every round and
+        ``"coefficients"``), ``neighbouring`` the relation. None otherwise.
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -593,6 +611,7 @@ class FedSpectralClustering(BaseFederatedClustering):
     --------
     skfedclust.clusterers.njw_spectral_clustering : stage II on any affinity.
     skfedclust.secure.factor_noise_scales : the calibration of ``privacy='factors'``.
+    skfedclust.secure.PrivacyAccountant : exact accounting of Gaussian releases.
 
     Notes
     -----
@@ -653,6 +672,8 @@ class FedSpectralClustering(BaseFederatedClustering):
         "epsilon": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "delta": [Interval(numbers.Real, 0, 1, closed="neither"), None],
         "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "coef_clip": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "neighbouring": [StrOptions(set(NEIGHBOURING_RELATIONS))],
         "noise_ratio": [Interval(numbers.Real, 0, None, closed="left"), tuple, None],
     }
 
@@ -678,6 +699,8 @@ class FedSpectralClustering(BaseFederatedClustering):
         epsilon=None,
         delta=None,
         clip_norm=None,
+        coef_clip=None,
+        neighbouring="replace-one",
         noise_ratio=None,
         n_jobs=None,
         random_state=None,
@@ -702,6 +725,8 @@ class FedSpectralClustering(BaseFederatedClustering):
         self.epsilon = epsilon
         self.delta = delta
         self.clip_norm = clip_norm
+        self.coef_clip = coef_clip
+        self.neighbouring = neighbouring
         self.noise_ratio = noise_ratio
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -729,12 +754,22 @@ class FedSpectralClustering(BaseFederatedClustering):
         """Check the privacy parameters; return the mode: None, 'ratio' or 'calibrated'."""
         calibrated = self.epsilon is not None or self.delta is not None
         if self.privacy is None:
-            if calibrated or self.noise_ratio is not None or self.clip_norm is not None:
+            if (
+                calibrated
+                or self.noise_ratio is not None
+                or self.clip_norm is not None
+                or self.coef_clip is not None
+            ):
                 raise ValueError(
-                    "epsilon, delta, clip_norm and noise_ratio need privacy='data' or "
-                    "privacy='factors'."
+                    "epsilon, delta, clip_norm, coef_clip and noise_ratio need privacy='data' "
+                    "or privacy='factors'."
                 )
             return None
+        if self.coef_clip is not None and (self.privacy != "factors" or not calibrated):
+            raise ValueError(
+                "coef_clip bounds the sensitivities of calibrated factor noise: it needs "
+                "privacy='factors' with epsilon and delta."
+            )
         if calibrated and self.noise_ratio is not None:
             raise ValueError(
                 "Give either epsilon and delta (calibrated differential privacy) or "
@@ -755,11 +790,26 @@ class FedSpectralClustering(BaseFederatedClustering):
             )
         if self.epsilon is None or self.delta is None:
             raise ValueError("Calibrated noise needs both epsilon and delta.")
-        if self.clip_norm is None:
+        if self.neighbouring != "replace-one":
             raise ValueError(
-                "Calibrated noise needs clip_norm, a public bound on the norm of every "
+                f"neighbouring={self.neighbouring!r} cannot be covered: every client "
+                "uploads one coefficient vector per row and receives one label per row, so "
+                "the server learns each client's row count, which differs between data "
+                "sets that differ by one added or removed row. FedSpectralClustering's "
+                "guarantee is for neighbouring='replace-one' (one row replaced; the row "
+                "counts are public)."
+            )
+        if self.clip_norm is None and self.privacy == "data":
+            raise ValueError(
+                "Calibrated data noise needs clip_norm, a public bound on the norm of every "
                 "sample: the clients clip their rows to it, which bounds the sensitivity "
                 "(centre the data first, e.g. with FederatedStandardScaler)."
+            )
+        if self.clip_norm is not None and self.privacy == "factors":
+            raise ValueError(
+                "Calibrated factor noise does not clip the rows: its sensitivities hold for "
+                "rows of any norm (they depend on reg, bandwidth, learning_rate and "
+                "coef_clip). Leave clip_norm=None."
             )
         if self.privacy == "factors":
             if isinstance(self.bandwidth, str):
@@ -785,14 +835,23 @@ class FedSpectralClustering(BaseFederatedClustering):
         """Refuse a calibrated noise scale whose perturbed values float64 cannot square."""
         if sigma <= MAX_NOISE_SCALE:
             return
-        # The scales of the Gaussian mechanism are inversely proportional to epsilon.
+        hint = "a smaller clip_norm" if self.privacy == "data" else "a larger reg or a coef_clip"
         raise ValueError(
-            f"epsilon={self.epsilon:g} (with delta={self.delta:g}, "
-            f"clip_norm={self.clip_norm:g}) calls for noise of standard deviation "
-            f"{sigma:.3g} on {what}, above {MAX_NOISE_SCALE:.0e}: float64 arithmetic on the "
-            "perturbed values (squared distances, kernels) would overflow. Use a larger "
-            f"epsilon (about {self.epsilon * sigma / MAX_NOISE_SCALE:.2g} or more)."
+            f"epsilon={self.epsilon:g} and delta={self.delta:g} call for noise of standard "
+            f"deviation {sigma:.3g} on {what}, above {MAX_NOISE_SCALE:.0e}: float64 "
+            "arithmetic on the perturbed values (squared distances, kernels) would overflow. "
+            f"Use a larger epsilon or delta, or {hint}."
         )
+
+    def _accountant(self):
+        return PrivacyAccountant(
+            epsilon=self.epsilon, delta=self.delta, neighbouring=self.neighbouring
+        )
+
+    @staticmethod
+    def _charge_coef(accountant, scales):
+        # One coefficient vector per row: a replaced row changes its own vector only.
+        accountant.charge("coefficients", sensitivity=scales.coef_sensitivity, sigma=scales.coef)
 
     # ------------------------------------------------------------ protocol
     def _run_protocol(self, runtime, random_state):
@@ -813,11 +872,11 @@ class FedSpectralClustering(BaseFederatedClustering):
             _check_bandwidth(self.bandwidth)
         seed_init, seed_server, seed_pooled = random_state.randint(np.iinfo(np.int32).max, size=3)
         calibrated_factors = mode == "calibrated" and self.privacy == "factors"
-        clip_norm = self.clip_norm if calibrated_factors else None
+        coef_clip = self.coef_clip if calibrated_factors else None
 
         # Noise of every release, fixed before anything is sent.
         data_noise = dictionary_noise = coef_noise = None
-        self.privacy_spent_ = None
+        accountant = None
         self.noise_scales_ = {}
         if mode == "ratio":
             alpha_z, alpha_c = self._noise_ratios()
@@ -831,12 +890,14 @@ class FedSpectralClustering(BaseFederatedClustering):
             self._check_noise_scale(sigma, "the rows")
             data_noise = ("calibrated", self.clip_norm, sigma)
             self.noise_scales_ = {"data": sigma}
-            self.privacy_spent_ = (float(self.epsilon), float(self.delta))
+            accountant = self._accountant()
+            # A replaced row moves the perturbed rows by at most 2 clip_norm.
+            accountant.charge("rows", sensitivity=2.0 * self.clip_norm, sigma=sigma)
         elif calibrated_factors:
             scales = factor_noise_scales(
                 self.epsilon,
                 self.delta,
-                clip_norm=self.clip_norm,
+                coef_clip=self.coef_clip,
                 bandwidth=self.bandwidth,
                 n_components=self.n_components,
                 lam=self.reg,
@@ -845,11 +906,12 @@ class FedSpectralClustering(BaseFederatedClustering):
             )
             self._check_noise_scale(scales.dictionary, "every dictionary")
             self._check_noise_scale(scales.coef, "the coefficients")
-            dictionary_noise = ("calibrated", self.clip_norm, scales.dictionary)
-            # Coefficients need no clipping: ||c|| <= sqrt(d) / reg always holds.
-            coef_noise = ("calibrated", None, scales.coef)
+            dictionary_noise = ("calibrated", None, scales.dictionary)
+            # ||c|| <= 1 / sqrt(reg) always holds; coef_clip (if any) bounds it further.
+            coef_noise = ("calibrated", coef_clip, scales.coef)
             self.noise_scales_ = {"dictionary": scales.dictionary, "coef": scales.coef}
-            self.privacy_spent_ = scales.total_budget
+            accountant = self._accountant()
+        self.privacy_accountant_ = accountant
 
         # Set-up: what the hyperparameters and the initial dictionary need.
         pooled = self.bandwidth == "pooled" or self.n_components == "pooled"
@@ -857,14 +919,13 @@ class FedSpectralClustering(BaseFederatedClustering):
         send_distance = self.bandwidth == "federated"
         max_samples = MAX_SAMPLES
         stats = None
-        if send_sums or send_distance or pooled or data_noise is not None or clip_norm:
+        if send_sums or send_distance or pooled or data_noise is not None:
             runtime.stage("client step: set-up statistics" + (" (pooled rows)" if pooled else ""))
             stats = runtime.run(
                 fedsc_prepare,
                 tag=TAG_ROWS if pooled else TAG_STATS,
                 setup=True,
                 data_noise=data_noise,
-                clip_norm=clip_norm,
                 send_distance=send_distance,
                 send_sums=send_sums,
                 send_rows=pooled,
@@ -921,8 +982,6 @@ class FedSpectralClustering(BaseFederatedClustering):
             bandwidth=r,
             seed=seed_init,
         )
-        if clip_norm is not None:
-            dictionary = clip_rows(dictionary, clip_norm)
 
         # Stage I: the federated factorisation.
         weighted = self.aggregation == "weighted"
@@ -935,16 +994,26 @@ class FedSpectralClustering(BaseFederatedClustering):
         for s in range(self.n_rounds):
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
             last = s == self.n_rounds - 1
+            if calibrated_factors:
+                # Charged before the release: a budget the accountant refuses stops the fit
+                # before anything leaves.
+                accountant.charge(
+                    f"dictionary, round {s + 1}",
+                    sensitivity=scales.dictionary_sensitivity,
+                    sigma=scales.dictionary,
+                )
+                if legacy and last:
+                    self._charge_coef(accountant, scales)
             runtime.stage(f"client step: round {s + 1}/{self.n_rounds}, C-step and Z-step")
             uploads = runtime.run(
                 fedsc_round,
                 tag=TAG_UPLOAD + (" and coefficients" if legacy and last else ""),
-                round_index=s,
+                check_underflow=s == 0 and not calibrated_factors,
                 bandwidth=public_r,
                 reg=self.reg,
                 z_update=self.z_update,
                 learning_rate=self.learning_rate,
-                clip_norm=clip_norm,
+                coef_clip=coef_clip,
                 dictionary_noise=dictionary_noise,
                 send_count=weighted,
                 send_objective=send_objective,
@@ -957,7 +1026,6 @@ class FedSpectralClustering(BaseFederatedClustering):
                 uploads,
                 aggregation=self.aggregation,
                 with_coef=legacy and last,
-                clip_norm=clip_norm,
             )
             objectives.append(report["objective"])
             if "noise_scale" in report:
@@ -966,12 +1034,13 @@ class FedSpectralClustering(BaseFederatedClustering):
         coefs = None
         if not legacy:
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
+            if calibrated_factors:
+                self._charge_coef(accountant, scales)
             runtime.stage("client step: coefficients for the final dictionary")
             coefs = runtime.run(
                 fedsc_coefficients,
                 tag=TAG_COEF,
                 reg=self.reg,
-                clip_norm=clip_norm,
                 coef_noise=coef_noise,
             )
             if _relative(coef_noise):
@@ -1009,6 +1078,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         self.stacked_labels_ = labels
         self.objective_history_ = np.asarray(objectives) if send_objective else None
         self.n_iter_ = self.n_rounds
+        self.privacy_spent_ = None if accountant is None else accountant.spent()
         if mode == "ratio":
             if self.privacy == "data":
                 self.noise_scales_ = {

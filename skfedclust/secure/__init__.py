@@ -12,11 +12,13 @@ built on. The default prime ``2**30 - 35`` gives about 13 bits of precision
 on unit-norm rows; :data:`FAST_PRIME` (``2**23 - 15``) halves the work of the
 distance round for about three bits less.
 
-The differential-privacy tools calibrate the Gaussian mechanism
-(:func:`gaussian_noise_scale`, :func:`composed_gaussian_scale`), clip samples
-to a norm bound (:func:`clip_rows`, :func:`clip_columns`) and give the noise
-scales of FedSC with perturbed data or factors (:func:`data_noise_scale`,
-:func:`factor_noise_scales`, :func:`relative_noise_scale`).
+The differential-privacy tools calibrate Gaussian noise exactly and account
+for every release (:func:`gaussian_sigma`, :class:`PrivacyAccountant`), clip
+samples to a norm bound (:func:`clip_rows`, :func:`clip_columns`) and give the
+sensitivities and noise scales of FedSC with perturbed data or factors
+(:func:`coef_sensitivity`, :func:`dictionary_sensitivity`,
+:func:`data_noise_scale`, :func:`factor_noise_scales`,
+:func:`relative_noise_scale`).
 """
 
 from ._accounting import (
@@ -30,16 +32,13 @@ from ._accounting import (
 from ._dp import (
     FactorNoiseScales,
     add_gaussian_noise,
-    basic_composition,
     clip_columns,
     clip_rows,
+    coef_norm_bound,
     coef_sensitivity,
-    composed_gaussian_scale,
     data_noise_scale,
     dictionary_sensitivity,
     factor_noise_scales,
-    gaussian_noise_multiplier,
-    gaussian_noise_scale,
     relative_noise_scale,
 )
 from ._field import DEFAULT_PRIME, FAST_PRIME, is_prime, mod_inverse, modular_matmul
@@ -88,19 +87,16 @@ __all__ = [
     "FAST_PRIME",
     "FactorNoiseScales",
     "add_gaussian_noise",
-    "basic_composition",
     "clip_columns",
     "clip_rows",
+    "coef_norm_bound",
     "coef_sensitivity",
-    "composed_gaussian_scale",
     "data_noise_scale",
     "decoding_threshold",
     "dictionary_sensitivity",
     "encoding_matrix",
     "evaluation_points",
     "factor_noise_scales",
-    "gaussian_noise_multiplier",
-    "gaussian_noise_scale",
     "is_prime",
     "lagrange_matrix",
     "lcc_encode",

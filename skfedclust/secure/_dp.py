@@ -1,55 +1,56 @@
-"""Differential privacy by the Gaussian mechanism: noise scales, clipping, composition.
+"""Differential privacy by the Gaussian mechanism: FedSC's sensitivities and noise.
 
-The building blocks of the privacy-enhanced variants of FedSC (Qiao, Ding &
-Fan, "Federated Spectral Clustering via Secure Similarity Reconstruction",
-NeurIPS 2023, Section 3), usable by any method:
+The privacy-enhanced variants of FedSC (Qiao, Ding & Fan, "Federated Spectral
+Clustering via Secure Similarity Reconstruction", NeurIPS 2023, Section 3),
+with sensitivities proved for the protocol as it runs and noise calibrated by
+exact accounting:
 
-* the classical Gaussian mechanism (Dwork & Roth 2014, Theorem 3.22): noise of
-  standard deviation ``c * sensitivity / epsilon`` with
-  ``c**2 > 2 ln(1.25 / delta)``, valid for ``epsilon < 1``;
-* the noise of ``n`` adaptively composed Gaussian releases,
-  ``sqrt(8 n sensitivity**2 log(e + epsilon / delta)) / epsilon`` (the
-  accounting of FedSC Lemma J.2, after Kairouz, Oh & Viswanath 2015), and the
-  basic composition of several budgets (Dwork & Roth, Theorem 3.16);
-* clipping of rows or columns to a norm bound, which is what makes the
-  sensitivities finite;
-* the calibrations of FedSC: noise on the raw data (Proposition 3.7) and noise
-  on the uploaded factors (Theorem 3.9), and the relative "noise ratio" of the
-  paper's experiments, which has no formal guarantee.
+* clipping of rows or columns to a norm bound (:func:`clip_rows`,
+  :func:`clip_columns`) and Gaussian noise (:func:`add_gaussian_noise`);
+* the L2 sensitivities of FedSC's releases between data sets that differ in
+  one replaced row: a perturbed row (``2 tau_X``), a coefficient vector
+  (:func:`coef_sensitivity`, ``2 tau_C`` with
+  ``tau_C = min(1 / sqrt(lam), coef_clip)``) and a dictionary after one
+  gradient step of size ``eta`` (:func:`dictionary_sensitivity`,
+  ``eta / (r sqrt(lam))``, a per-sample bound that accounts for the
+  coefficients being re-solved from the same rows);
+* the calibrations (:func:`data_noise_scale`, :func:`factor_noise_scales`):
+  the smallest noise whose releases, composed exactly as Gaussian mechanisms
+  (``mu``-GDP, Dong, Roth & Su 2022; :func:`~skfedclust.secure.gaussian_sigma`),
+  are ``(epsilon, delta)``-DP, at every ``epsilon``. The classical bound
+  ``sigma = sqrt(2 ln(1.25 / delta)) Delta / epsilon`` of the paper holds only
+  for ``epsilon < 1`` and is not used;
+* the relative "noise ratio" of the paper's experiments, which has no formal
+  guarantee (:func:`relative_noise_scale`).
 
-Every function is pure: scales are computed from public constants, and noise is
-drawn from a caller-supplied ``random_state``.
+The proofs are in the Privacy page of the user guide. Every function is pure:
+scales are computed from public constants, and noise is drawn from a
+caller-supplied ``random_state``.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._accounting import gaussian_sigma
+
 __all__ = [
     "FactorNoiseScales",
     "add_gaussian_noise",
-    "basic_composition",
     "clip_columns",
     "clip_rows",
+    "coef_norm_bound",
     "coef_sensitivity",
-    "composed_gaussian_scale",
     "data_noise_scale",
     "dictionary_sensitivity",
     "factor_noise_scales",
-    "gaussian_noise_multiplier",
-    "gaussian_noise_scale",
     "relative_noise_scale",
 ]
-
-#: ``c`` must exceed ``sqrt(2 ln(1.25 / delta))`` strictly; this factor makes
-#: the inequality strict without a visible change of the scale.
-_STRICT = 1.0 + 1e-12
 
 
 # --------------------------------------------------------------------------- #
@@ -63,23 +64,6 @@ def _check_clip_norm(clip_norm):
             "samples to it with clip_rows."
         )
     return _check_positive(clip_norm, "clip_norm")
-
-
-def _check_epsilon(epsilon, name="epsilon"):
-    if (
-        not isinstance(epsilon, numbers.Real)
-        or isinstance(epsilon, bool)
-        or not math.isfinite(epsilon)
-        or epsilon <= 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}.")
-    return float(epsilon)
-
-
-def _check_delta(delta, name="delta"):
-    if not isinstance(delta, numbers.Real) or isinstance(delta, bool) or not 0 < delta < 1:
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {delta!r}.")
-    return float(delta)
 
 
 def _check_positive(value, name, *, allow_zero=False):
@@ -98,150 +82,8 @@ def _check_positive(value, name, *, allow_zero=False):
 
 
 # --------------------------------------------------------------------------- #
-# Gaussian mechanism and composition
+# Noise and clipping
 # --------------------------------------------------------------------------- #
-def gaussian_noise_multiplier(delta):
-    """Factor ``c`` of the classical Gaussian mechanism, ``c**2 > 2 ln(1.25 / delta)``.
-
-    Parameters
-    ----------
-    delta : float
-        Privacy parameter, in the open interval (0, 1).
-
-    Returns
-    -------
-    c : float
-        ``sqrt(2 ln(1.25 / delta))``, enlarged by a relative ``1e-12`` so that
-        the inequality of Dwork & Roth (2014, Theorem 3.22) holds strictly.
-
-    Examples
-    --------
-    >>> from skfedclust.secure import gaussian_noise_multiplier
-    >>> round(gaussian_noise_multiplier(1e-5), 5)
-    4.84481
-    """
-    delta = _check_delta(delta)
-    return math.sqrt(2.0 * math.log(1.25 / delta)) * _STRICT
-
-
-def gaussian_noise_scale(sensitivity, epsilon, delta):
-    """Standard deviation of the classical Gaussian mechanism.
-
-    Adding i.i.d. ``N(0, sigma**2)`` noise to a release of l2 sensitivity
-    ``sensitivity`` is ``(epsilon, delta)``-differentially private for
-    ``sigma = c * sensitivity / epsilon``, ``c**2 > 2 ln(1.25 / delta)``
-    (Dwork & Roth 2014, Theorem 3.22).
-
-    Parameters
-    ----------
-    sensitivity : float
-        l2 sensitivity of the released quantity (> 0).
-    epsilon : float
-        Privacy parameter (> 0). The theorem is proved for ``epsilon < 1``; a
-        larger value gives a scale but a ``UserWarning`` that the guarantee
-        does not follow from the theorem.
-    delta : float
-        Privacy parameter in (0, 1).
-
-    Returns
-    -------
-    sigma : float
-        The noise standard deviation.
-
-    Examples
-    --------
-    >>> from skfedclust.secure import gaussian_noise_scale
-    >>> round(gaussian_noise_scale(2.0, 0.5, 1e-5), 4)
-    19.3792
-    """
-    sensitivity = _check_positive(sensitivity, "sensitivity")
-    epsilon = _check_epsilon(epsilon)
-    c = gaussian_noise_multiplier(delta)
-    if epsilon >= 1:
-        warnings.warn(
-            f"epsilon={epsilon:g} >= 1: the classical Gaussian mechanism (Dwork & Roth, "
-            "Theorem 3.22) is proved only for epsilon < 1, so the returned scale does not "
-            "carry a proven (epsilon, delta) guarantee.",
-            UserWarning,
-            stacklevel=2,
-        )
-    return c * sensitivity / epsilon
-
-
-def composed_gaussian_scale(sensitivity, epsilon, delta, n_compositions):
-    """Noise scale for ``n_compositions`` adaptive Gaussian releases within one budget.
-
-    ``sigma = sqrt(8 n sensitivity**2 log(e + epsilon / delta)) / epsilon``:
-    adding ``N(0, sigma**2)`` noise to each of ``n`` adaptively chosen releases
-    of l2 sensitivity ``sensitivity`` makes the whole sequence
-    ``(epsilon, delta)``-differentially private (the per-round accounting of
-    FedSC, Qiao et al. 2023, Lemma J.2, by the composition theorem of Kairouz,
-    Oh & Viswanath 2015). Valid for any ``epsilon > 0``.
-
-    Parameters
-    ----------
-    sensitivity : float
-        l2 sensitivity of one release (> 0).
-    epsilon : float
-        Total privacy parameter of the sequence (> 0).
-    delta : float
-        Total privacy parameter of the sequence, in (0, 1).
-    n_compositions : int
-        Number of releases (>= 1), e.g. communication rounds.
-
-    Returns
-    -------
-    sigma : float
-        The noise standard deviation of every release.
-
-    Examples
-    --------
-    >>> from skfedclust.secure import composed_gaussian_scale
-    >>> round(composed_gaussian_scale(1.0, 1.0, 1e-5, 20), 3)
-    42.919
-    """
-    sensitivity = _check_positive(sensitivity, "sensitivity")
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
-    if (
-        not isinstance(n_compositions, numbers.Integral)
-        or isinstance(n_compositions, bool)
-        or n_compositions < 1
-    ):
-        raise ValueError(f"n_compositions must be an integer >= 1, got {n_compositions!r}.")
-    variance = 8.0 * n_compositions * sensitivity**2 * math.log(math.e + epsilon / delta)
-    return math.sqrt(variance) / epsilon
-
-
-def basic_composition(*budgets):
-    """Total budget of several mechanisms run on the same data.
-
-    Budgets add up: ``(sum epsilon_i, sum delta_i)`` (Dwork & Roth 2014,
-    Theorem 3.16).
-
-    Parameters
-    ----------
-    *budgets : tuple of (float, float)
-        ``(epsilon, delta)`` of each mechanism.
-
-    Returns
-    -------
-    epsilon, delta : tuple of float
-        The composed budget.
-
-    Examples
-    --------
-    >>> from skfedclust.secure import basic_composition
-    >>> basic_composition((0.5, 1e-5), (0.5, 1e-5))
-    (1.0, 2e-05)
-    """
-    if not budgets:
-        raise ValueError("basic_composition needs at least one (epsilon, delta) budget.")
-    epsilons = [_check_epsilon(eps) for eps, _ in budgets]
-    deltas = [_check_delta(delta) for _, delta in budgets]
-    return math.fsum(epsilons), math.fsum(deltas)
-
-
 def add_gaussian_noise(X, scale, *, random_state=None):
     """Copy of ``X`` plus i.i.d. ``N(0, scale**2)`` noise on every entry.
 
@@ -350,145 +192,8 @@ def clip_columns(X, max_norm):
 
 
 # --------------------------------------------------------------------------- #
-# FedSC calibrations
+# FedSC: sensitivities and calibrations
 # --------------------------------------------------------------------------- #
-def data_noise_scale(epsilon, delta, clip_norm):
-    """Noise on the raw data for ``(epsilon, delta)``-DP FedSC (perturbed data).
-
-    Every client clips its samples to norm ``clip_norm`` (``tau_X``) and adds
-    ``N(0, sigma**2)`` noise to every entry once, before anything else; two
-    neighbouring data sets then differ by at most ``2 tau_X`` in l2, and
-    everything computed afterwards is post-processing. The scale is
-    ``sigma = 2 c tau_X / epsilon`` (Qiao et al. 2023, Proposition 3.7).
-
-    Parameters
-    ----------
-    epsilon : float
-        Privacy parameter (> 0; the proof needs ``epsilon < 1``).
-    delta : float
-        Privacy parameter in (0, 1).
-    clip_norm : float
-        Public bound ``tau_X`` on the norm of every sample (> 0).
-
-    Returns
-    -------
-    sigma : float
-        The noise standard deviation.
-
-    Examples
-    --------
-    >>> from skfedclust.secure import data_noise_scale
-    >>> round(data_noise_scale(0.5, 1e-5, 1.0), 4)
-    19.3792
-    """
-    clip_norm = _check_clip_norm(clip_norm)
-    return gaussian_noise_scale(2.0 * clip_norm, epsilon, delta)
-
-
-def coef_sensitivity(*, clip_norm, bandwidth, n_components, lam, max_distance=None):
-    """l2 sensitivity of one sample's FedSC coefficient vector.
-
-    ``c = (K(Z, Z) + lam I)^-1 k(Z, x)`` changes by at most
-    ``||G||_2 ||k(Z, x) - k(Z, x')||_2 <= 2 sqrt(d) tau_X (tau_X + Upsilon) / (lam r**2)``
-    when one sample ``x`` is replaced by ``x'`` (Qiao et al. 2023, Lemma J.1).
-
-    Parameters
-    ----------
-    clip_norm : float
-        Bound ``tau_X`` on every sample norm (> 0).
-    bandwidth : float
-        Public kernel bandwidth ``r`` (> 0).
-    n_components : int
-        Dictionary size ``d``.
-    lam : float
-        Ridge penalty ``lambda`` (> 0).
-    max_distance : float, default=None
-        Bound ``Upsilon`` on every atom-to-sample distance. ``None`` takes
-        ``2 tau_X``, which holds when the clients clip the received atoms to
-        norm ``tau_X`` as well.
-
-    Returns
-    -------
-    sensitivity : float
-
-    Examples
-    --------
-    >>> from skfedclust.secure import coef_sensitivity
-    >>> round(coef_sensitivity(clip_norm=1.0, bandwidth=1.0, n_components=10, lam=0.01), 2)
-    1897.37
-    """
-    tau_x = _check_clip_norm(clip_norm)
-    r = _check_positive(bandwidth, "bandwidth")
-    d = _check_n_components(n_components)
-    lam = _check_positive(lam, "lam")
-    upsilon = 2.0 * tau_x if max_distance is None else _check_positive(max_distance, "max_distance")
-    return 2.0 * math.sqrt(d) * tau_x * (tau_x + upsilon) / (lam * r**2)
-
-
-def dictionary_sensitivity(
-    *,
-    clip_norm,
-    bandwidth,
-    n_components,
-    learning_rate,
-    coef_bound,
-    dictionary_bound=None,
-    max_distance=None,
-):
-    """l2 sensitivity of one client's dictionary after one gradient step.
-
-    ``Delta = (2 eta sqrt(d) tau_C tau_X / r**2) (1 + (tau_X + tau_Z)(tau_X + Upsilon) / r**2)``,
-    the bound of Qiao et al. (2023, Lemma J.2) for one local step
-    ``Z - eta grad_Z f_p`` with a fixed step size ``eta``.
-
-    Parameters
-    ----------
-    clip_norm : float
-        Bound ``tau_X`` on every sample norm (> 0).
-    bandwidth : float
-        Public kernel bandwidth ``r`` (> 0).
-    n_components : int
-        Dictionary size ``d``.
-    learning_rate : float
-        The fixed step size ``eta`` (> 0). A data-dependent step is not covered.
-    coef_bound : float
-        Bound ``tau_C`` on every coefficient column norm (> 0); ``sqrt(d) / lam``
-        always holds.
-    dictionary_bound : float, default=None
-        Bound ``tau_Z`` on the spectral norm of every dictionary. ``None`` takes
-        ``sqrt(d) tau_X``, which holds when every atom is clipped to norm
-        ``tau_X``.
-    max_distance : float, default=None
-        Bound ``Upsilon`` on every atom-to-sample distance; ``None`` takes
-        ``2 tau_X``.
-
-    Returns
-    -------
-    sensitivity : float
-
-    Examples
-    --------
-    >>> from skfedclust.secure import dictionary_sensitivity
-    >>> delta = dictionary_sensitivity(clip_norm=1.0, bandwidth=1.0, n_components=10,
-    ...                                learning_rate=0.1, coef_bound=10**0.5 / 0.01)
-    >>> round(delta, 2)
-    2697.37
-    """
-    tau_x = _check_clip_norm(clip_norm)
-    r = _check_positive(bandwidth, "bandwidth")
-    d = _check_n_components(n_components)
-    eta = _check_learning_rate(learning_rate)
-    tau_c = _check_positive(coef_bound, "coef_bound")
-    tau_z = (
-        math.sqrt(d) * tau_x
-        if dictionary_bound is None
-        else _check_positive(dictionary_bound, "dictionary_bound")
-    )
-    upsilon = 2.0 * tau_x if max_distance is None else _check_positive(max_distance, "max_distance")
-    prefactor = 2.0 * eta * math.sqrt(d) * tau_c * tau_x / r**2
-    return prefactor * (1.0 + (tau_x + tau_z) * (tau_x + upsilon) / r**2)
-
-
 def _check_n_components(n_components):
     if (
         not isinstance(n_components, numbers.Integral)
@@ -508,6 +213,177 @@ def _check_learning_rate(learning_rate):
     return _check_positive(learning_rate, "learning_rate")
 
 
+def _optional_positive(value, name):
+    return None if value is None else _check_positive(value, name)
+
+
+def coef_norm_bound(*, lam, n_components=None, coef_clip=None):
+    """Bound ``tau_C`` on the norm of every coefficient vector FedSC computes.
+
+    ``c = argmin_c 1/2 ||phi(x) - phi(Z) c||**2 + lam/2 ||c||**2``; the
+    objective at ``c = 0`` is ``||phi(x)||**2 / 2 = 1/2`` (Gaussian kernel), so
+    at the minimiser ``lam/2 ||c||**2 <= 1/2``: ``||c|| <= 1 / sqrt(lam)``,
+    whatever the sample and the dictionary. Also
+    ``||c|| <= ||(K(Z, Z) + lam I)^-1|| ||k(Z, x)|| <= sqrt(d) / lam``, smaller
+    only when ``lam > d``. A ``coef_clip`` the coefficients are clipped to
+    bounds them too.
+
+    Parameters
+    ----------
+    lam : float
+        Ridge penalty ``lambda`` (> 0).
+    n_components : int, default=None
+        Dictionary size ``d``; ``None`` leaves out the ``sqrt(d) / lam`` bound.
+    coef_clip : float, default=None
+        Norm the coefficient vectors are clipped to (> 0), if any.
+
+    Returns
+    -------
+    tau_c : float
+
+    Examples
+    --------
+    >>> from skfedclust.secure import coef_norm_bound
+    >>> coef_norm_bound(lam=0.01), coef_norm_bound(lam=0.01, coef_clip=2.0)
+    (10.0, 2.0)
+    """
+    lam = _check_positive(lam, "lam")
+    bound = 1.0 / math.sqrt(lam)
+    if n_components is not None:
+        bound = min(bound, math.sqrt(_check_n_components(n_components)) / lam)
+    if coef_clip is not None:
+        bound = min(bound, _check_positive(coef_clip, "coef_clip"))
+    return bound
+
+
+def coef_sensitivity(*, lam, n_components=None, coef_clip=None):
+    """L2 sensitivity of one sample's FedSC coefficient vector: ``2 tau_C``.
+
+    Replacing a sample ``x`` by ``x'`` changes its coefficient vector (and no
+    other: ``c_j`` depends on ``x_j`` and the public dictionary only) from
+    ``c`` to ``c'``, and ``||c - c'|| <= ||c|| + ||c'|| <= 2 tau_C`` with
+    ``tau_C`` of :func:`coef_norm_bound`. No clipping of the samples is
+    needed. (The bound ``2 sqrt(d) tau_X (tau_X + Upsilon) / (lam r**2)`` of
+    Qiao et al. 2023, Lemma J.1, is valid but 100 to 200 times larger at the
+    usual settings.)
+
+    Parameters
+    ----------
+    lam : float
+        Ridge penalty ``lambda`` (> 0).
+    n_components : int, default=None
+        Dictionary size ``d``.
+    coef_clip : float, default=None
+        Norm the released coefficient vectors are clipped to, if any.
+
+    Returns
+    -------
+    sensitivity : float
+
+    Examples
+    --------
+    >>> from skfedclust.secure import coef_sensitivity
+    >>> coef_sensitivity(lam=0.01)
+    20.0
+    """
+    return 2.0 * coef_norm_bound(lam=lam, n_components=n_components, coef_clip=coef_clip)
+
+
+def dictionary_sensitivity(*, bandwidth, learning_rate, lam, n_components=None, coef_clip=None):
+    """L2 sensitivity of a client's dictionary after one gradient step.
+
+    The client receives the public dictionary ``Z``, solves the coefficients
+    ``c_j = (K(Z, Z) + lam I)^-1 k(Z, x_j)`` of its rows (clipped to
+    ``coef_clip`` if given) and uploads ``Z - eta grad``. The gradient is a
+    sum of per-sample terms, ``grad = sum_j g(x_j, c_j)``, and ``c_j`` is a
+    function of ``x_j`` and ``Z`` alone, so replacing one sample changes one
+    term, its coefficients included:
+    ``Delta <= eta sup ||g(x, c(x)) - g(x', c(x'))||_F <= 2 eta sup ||g||_F``.
+
+    The term of a sample is ``g_i = -c_i Dphi(z_i)^* e`` for atom ``i``, with
+    ``e = phi(x) - phi(Z) c`` the sample's residual in the kernel's feature
+    space: the gradient of ``1/2 ||e||**2``. For the Gaussian kernel
+    ``||Dphi(z) v|| = ||v|| / r``, so ``||g||_F <= ||c|| ||e|| / r``. At the
+    ridge minimiser ``||e||**2 + lam ||c||**2 <= 1`` (the objective at
+    ``c = 0`` is ``1/2``), so ``||c|| ||e|| <= 1 / (2 sqrt(lam))``; a
+    coefficient vector clipped to ``coef_clip`` scales ``c`` by ``s <= 1``,
+    and ``||phi(x) - s phi(Z) c|| <= 1`` by convexity in ``s``, so
+    ``||c|| ||e|| <= coef_clip`` then. Hence
+
+    ``Delta = 2 eta min(1 / (2 sqrt(lam)), tau_C) / r``,
+
+    with ``tau_C`` of :func:`coef_norm_bound`, for samples and atoms of any
+    norm. Clipping the updated atoms afterwards is a projection, which does
+    not increase it. (The bound of Qiao et al. 2023, Lemma J.2, holds the
+    coefficients fixed, which they are not; it happens to exceed this one.)
+
+    Parameters
+    ----------
+    bandwidth : float
+        Public kernel bandwidth ``r`` (> 0).
+    learning_rate : float
+        The fixed step size ``eta`` (> 0). A data-dependent step is not covered.
+    lam : float
+        Ridge penalty ``lambda`` (> 0).
+    n_components : int, default=None
+        Dictionary size ``d`` (only through ``tau_C``).
+    coef_clip : float, default=None
+        Norm the coefficient vectors in the gradient are clipped to, if any.
+
+    Returns
+    -------
+    sensitivity : float
+
+    Examples
+    --------
+    >>> from skfedclust.secure import dictionary_sensitivity
+    >>> dictionary_sensitivity(bandwidth=2.0, learning_rate=0.5, lam=0.01)
+    2.5
+    >>> dictionary_sensitivity(bandwidth=2.0, learning_rate=0.5, lam=0.01, coef_clip=2.0)
+    1.0
+    """
+    r = _check_positive(bandwidth, "bandwidth")
+    eta = _check_learning_rate(learning_rate)
+    lam = _check_positive(lam, "lam")
+    tau_c = coef_norm_bound(lam=lam, n_components=n_components, coef_clip=coef_clip)
+    return 2.0 * eta * min(0.5 / math.sqrt(lam), tau_c) / r
+
+
+def data_noise_scale(epsilon, delta, clip_norm):
+    """Noise on the raw data for ``(epsilon, delta)``-DP FedSC (perturbed data).
+
+    Every client clips its samples to norm ``clip_norm`` (``tau_X``) and adds
+    ``N(0, sigma**2)`` noise to every entry once, before anything else. A
+    replaced sample moves the release by at most ``2 tau_X`` in L2, and
+    everything computed afterwards is post-processing (Qiao et al. 2023,
+    Proposition 3.7). ``sigma`` is the smallest noise that makes this one
+    Gaussian release ``(epsilon, delta)``-DP (exact calibration, valid at
+    every ``epsilon``).
+
+    Parameters
+    ----------
+    epsilon : float
+        Privacy parameter (> 0).
+    delta : float
+        Privacy parameter in (0, 1).
+    clip_norm : float
+        Public bound ``tau_X`` on the norm of every sample (> 0).
+
+    Returns
+    -------
+    sigma : float
+        The noise standard deviation.
+
+    Examples
+    --------
+    >>> from skfedclust.secure import data_noise_scale
+    >>> round(data_noise_scale(1.0, 1e-5, 1.0), 4)
+    7.4613
+    """
+    clip_norm = _check_clip_norm(clip_norm)
+    return gaussian_sigma(2.0 * clip_norm, epsilon, delta)
+
+
 class FactorNoiseScales(NamedTuple):
     """Calibrated noise of FedSC with perturbed factors (see :func:`factor_noise_scales`)."""
 
@@ -515,47 +391,38 @@ class FactorNoiseScales(NamedTuple):
     dictionary: float
     #: Standard deviation of the noise on the final coefficients.
     coef: float
-    #: (epsilon, delta) spent on the dictionaries, all rounds together.
-    dictionary_budget: tuple
-    #: (epsilon, delta) spent on the coefficients.
-    coef_budget: tuple
-    #: Total (epsilon, delta), by basic composition.
-    total_budget: tuple
+    #: L2 sensitivity of one dictionary upload.
+    dictionary_sensitivity: float
+    #: L2 sensitivity of one client's coefficients.
+    coef_sensitivity: float
 
 
 def factor_noise_scales(
     epsilon,
     delta,
     *,
-    clip_norm,
     bandwidth,
     n_components,
     lam,
     n_rounds,
     learning_rate,
-    epsilon_split=0.5,
     coef_clip=None,
+    dictionary_share=0.5,
 ):
     """Noise scales of ``(epsilon, delta)``-DP FedSC with perturbed factors.
 
-    Calibrates Theorem 3.9 of Qiao et al. (2023) under the clipping protocol
-    that makes its assumptions hold with public constants only:
-
-    * every client clips its samples and the atoms it receives to norm
-      ``clip_norm = tau_X``, so every atom-to-sample distance is at most
-      ``Upsilon = 2 tau_X``; it clips the atoms again after its local step,
-      so each uploaded dictionary has spectral norm at most
-      ``tau_Z = sqrt(d) tau_X``;
-    * every coefficient column satisfies ``||c|| <= sqrt(d) / lam``; with
-      ``coef_clip`` the columns used in the gradient are clipped further and
-      ``tau_C = min(coef_clip, sqrt(d) / lam)``;
-    * the local step is one gradient step of fixed size ``learning_rate``.
-
-    The budget is split as ``epsilon_Z = epsilon_split * epsilon``,
-    ``epsilon_C = (1 - epsilon_split) * epsilon``, and ``delta`` likewise. The
-    dictionaries get the noise of ``n_rounds`` composed releases
-    (:func:`composed_gaussian_scale`), the final coefficients one classical
-    Gaussian release (:func:`gaussian_noise_scale`), and the two budgets add up.
+    A client uploads ``n_rounds`` dictionaries (one gradient step of fixed size
+    ``learning_rate`` each, sensitivity :func:`dictionary_sensitivity`) and one
+    coefficient matrix (:func:`coef_sensitivity`); neighbouring data sets
+    differ in one row of one client, so each release of that client is one
+    Gaussian mechanism, and the releases compose exactly: with noise
+    ``sigma_Z`` and ``sigma_C`` the whole fit is ``mu``-GDP with
+    ``mu**2 = n_rounds (Delta_Z / sigma_Z)**2 + (Delta_C / sigma_C)**2``
+    (Dong, Roth & Su 2022; each round's dictionary is chosen after the noisy
+    releases of the rounds before, which adaptive composition allows). The
+    scales spend ``dictionary_share`` of ``mu**2`` on the dictionaries and
+    the rest on the coefficients, with ``mu`` the largest that is
+    ``(epsilon, delta)``-DP.
 
     Parameters
     ----------
@@ -563,8 +430,6 @@ def factor_noise_scales(
         Total privacy parameter (> 0).
     delta : float
         Total privacy parameter in (0, 1).
-    clip_norm : float
-        Public sample and atom norm bound ``tau_X`` (> 0). Required.
     bandwidth : float
         Public kernel bandwidth ``r`` (> 0). A bandwidth computed from the
         private data is not covered by the guarantee.
@@ -576,65 +441,51 @@ def factor_noise_scales(
         Number of rounds in which every client uploads a dictionary.
     learning_rate : float
         Fixed step size of the local gradient step (> 0).
-    epsilon_split : float, default=0.5
-        Share of the budget spent on the dictionaries, in (0, 1).
     coef_clip : float, default=None
-        Column-norm bound of the coefficients used in the gradient.
+        Norm the coefficient vectors are clipped to, in the gradient and in the
+        release, if any.
+    dictionary_share : float, default=0.5
+        Share of ``mu**2`` spent on the dictionaries, in (0, 1).
 
     Returns
     -------
     scales : FactorNoiseScales
-        Named tuple ``(dictionary, coef, dictionary_budget, coef_budget,
-        total_budget)``: the two standard deviations and the budgets they
-        spend.
+        Named tuple ``(dictionary, coef, dictionary_sensitivity,
+        coef_sensitivity)``.
 
     Examples
     --------
-    >>> import warnings
     >>> from skfedclust.secure import factor_noise_scales
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")  # epsilon_C = 1 is outside the proof's range
-    ...     s = factor_noise_scales(2.0, 2e-5, clip_norm=1.0, bandwidth=1.0,
-    ...                             n_components=10, lam=0.01, n_rounds=20,
-    ...                             learning_rate=0.1)
-    >>> round(s.dictionary, 1), round(s.coef, 2)
-    (115769.3, 9192.37)
-    >>> s.total_budget
-    (2.0, 2e-05)
+    >>> s = factor_noise_scales(2.0, 1e-5, bandwidth=1.0, n_components=10, lam=0.01,
+    ...                         n_rounds=20, learning_rate=0.1)
+    >>> round(s.dictionary, 2), round(s.coef, 2)
+    (12.61, 56.39)
     """
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
     if (
-        not isinstance(epsilon_split, numbers.Real)
-        or isinstance(epsilon_split, bool)
-        or not 0 < epsilon_split < 1
+        not isinstance(dictionary_share, numbers.Real)
+        or isinstance(dictionary_share, bool)
+        or not 0 < dictionary_share < 1
     ):
-        raise ValueError(f"epsilon_split must lie in (0, 1), got {epsilon_split!r}.")
-    tau_x = _check_clip_norm(clip_norm)
-    d = _check_n_components(n_components)
-    lam = _check_positive(lam, "lam")
-    tau_c = math.sqrt(d) / lam
-    if coef_clip is not None:
-        tau_c = min(tau_c, _check_positive(coef_clip, "coef_clip"))
-
-    budget_z = (epsilon_split * epsilon, epsilon_split * delta)
-    budget_c = ((1.0 - epsilon_split) * epsilon, (1.0 - epsilon_split) * delta)
-    sensitivity_z = dictionary_sensitivity(
-        clip_norm=tau_x,
+        raise ValueError(f"dictionary_share must lie in (0, 1), got {dictionary_share!r}.")
+    if not isinstance(n_rounds, numbers.Integral) or isinstance(n_rounds, bool) or n_rounds < 1:
+        raise ValueError(f"n_rounds must be an integer >= 1, got {n_rounds!r}.")
+    delta_z = dictionary_sensitivity(
         bandwidth=bandwidth,
-        n_components=d,
+        n_components=n_components,
         learning_rate=learning_rate,
-        coef_bound=tau_c,
+        lam=lam,
+        coef_clip=coef_clip,
     )
-    sensitivity_c = coef_sensitivity(clip_norm=tau_x, bandwidth=bandwidth, n_components=d, lam=lam)
-    sigma_z = composed_gaussian_scale(sensitivity_z, *budget_z, n_rounds)
-    sigma_c = gaussian_noise_scale(sensitivity_c, *budget_c)
+    delta_c = coef_sensitivity(lam=lam, n_components=n_components, coef_clip=coef_clip)
+    # gaussian_sigma(1, ...) is 1 / mu for the whole budget; a share s of mu**2
+    # is a noise multiplier larger by 1 / sqrt(s).
+    sigma_z = gaussian_sigma(delta_z, epsilon, delta, compositions=int(n_rounds))
+    sigma_c = gaussian_sigma(delta_c, epsilon, delta)
     return FactorNoiseScales(
-        dictionary=sigma_z,
-        coef=sigma_c,
-        dictionary_budget=budget_z,
-        coef_budget=budget_c,
-        total_budget=basic_composition(budget_z, budget_c),
+        dictionary=sigma_z / math.sqrt(dictionary_share),
+        coef=sigma_c / math.sqrt(1.0 - dictionary_share),
+        dictionary_sensitivity=delta_z,
+        coef_sensitivity=delta_c,
     )
 
 
