@@ -1486,10 +1486,13 @@ def test_omnifc_over_flower_with_data_less_share_holders():
     from skfedclust import OmniFCClustering
 
     clients = _clients()
-    reference = OmniFCClustering(4, n_parties=7, random_state=0).fit(clients)
+    reference = OmniFCClustering(4, n_parties=7, random_state=0, keep_dissimilarity=True).fit(
+        clients
+    )
     # parties 4..6 are nodes whose loader returns None: they hold shares, no rows
     estimator, memory, _ = _local_fit(
-        OmniFCClustering(4, n_parties=7, random_state=0), clients + [None] * 3
+        OmniFCClustering(4, n_parties=7, random_state=0, keep_dissimilarity=True),
+        clients + [None] * 3,
     )
     np.testing.assert_array_equal(memory.rows("labels", 4), reference.labels_)
     _assert_same_communication(estimator.communication_, reference.communication_)
@@ -1531,7 +1534,7 @@ def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, 
     @server_app.main()
     def main(grid, context):
         for _ in range(2):
-            estimator = OmniFCClustering(4, n_parties=7, random_state=0)
+            estimator = OmniFCClustering(4, n_parties=7, random_state=0, keep_dissimilarity=True)
             fit_on_flower(estimator, grid, n_nodes=7, timeout=120)
             labels = np.concatenate([np.load(tmp_path / f"labels_{i}.npy") for i in range(4)])
             results.append((estimator, labels, len(uploads)))
@@ -1546,7 +1549,9 @@ def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, 
         },
     )
     monkeypatch.setattr(_lcc, "lcc_decode_tiles_step", decode)
-    reference = OmniFCClustering(4, n_parties=7, random_state=0).fit(clients)
+    reference = OmniFCClustering(4, n_parties=7, random_state=0, keep_dissimilarity=True).fit(
+        clients
+    )
     assert len(results) == 2
     for estimator, labels, _ in results:
         np.testing.assert_array_equal(labels, reference.labels_)

@@ -79,7 +79,7 @@ def test_same_result_for_every_partition(blobs):
         NonIIDLevelPartition(p, n_clients=7) for p in (0.0, 0.25, 0.5, 0.75, 1.0)
     ]
     for partition in partitions:
-        est = OmniFCClustering(3, partition=partition, random_state=0)
+        est = OmniFCClustering(3, partition=partition, random_state=0, keep_dissimilarity=True)
         est.fit(X, y)
         # the noise differs with the partition seed but D and labels do not
         if reference is None:
@@ -100,10 +100,10 @@ def test_same_matrix_for_every_random_state(blobs):
 def test_client_list_and_client_ids_give_the_same_matrix(blobs):
     X, _ = blobs
     ids = np.arange(len(X)) % 7
-    by_ids = OmniFCClustering(3, random_state=1).fit(X, client_ids=ids)
+    by_ids = OmniFCClustering(3, random_state=1, keep_dissimilarity=True).fit(X, client_ids=ids)
     order = np.argsort(ids, kind="stable")
     clients = [X[ids == c] for c in range(7)]
-    by_list = OmniFCClustering(3, random_state=1).fit(clients)
+    by_list = OmniFCClustering(3, random_state=1, keep_dissimilarity=True).fit(clients)
     D = by_ids.dissimilarity_matrix_
     assert np.array_equal(by_list.dissimilarity_matrix_, D[np.ix_(order, order)])
     assert np.array_equal(by_list.labels_, by_ids.labels_[order])
@@ -361,7 +361,9 @@ def test_offset_data_are_clustered_like_centred_data(blobs):
 def test_tiny_and_huge_scales_give_the_same_clusters(blobs, scale, clusterer):
     X, y = blobs
     params = {"eps": 0.7 * scale} if clusterer == "dbscan" else None
-    est = OmniFCClustering(3, clusterer=clusterer, clusterer_params=params, random_state=0)
+    est = OmniFCClustering(
+        3, clusterer=clusterer, clusterer_params=params, random_state=0, keep_dissimilarity=True
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # NMF's iteration cap
         est.fit(X * scale)
@@ -403,7 +405,7 @@ def test_rows_identical_in_float64_get_one_label(blobs):
     X, _ = blobs
     # 1e145 absorbs the data: every row is the same float64 vector
     with pytest.warns(ConvergenceWarning, match=r"distinct rows \(1, after quantization\)"):
-        est = OmniFCClustering(3).fit(X + 1e145)
+        est = OmniFCClustering(3, keep_dissimilarity=True).fit(X + 1e145)
     assert np.array_equal(est.labels_, np.zeros(len(X)))
     assert not est.dissimilarity_matrix_.any()
 
@@ -491,7 +493,7 @@ def test_fcm_sample_weight_counts_as_repeated_rows():
 # --------------------------------------------------------------------------- #
 def test_default_spectral_affinity_is_median_rbf_on_the_knn_graph(blobs):
     X, _ = blobs
-    est = OmniFCClustering(3, random_state=0).fit(X)
+    est = OmniFCClustering(3, random_state=0, keep_dissimilarity=True).fit(X)
     D = est.dissimilarity_matrix_
     gamma = 1.0 / np.median(D[D > 0])
     A = est.clusterer_.affinity_matrix_
@@ -713,7 +715,7 @@ def test_server_steps_get_only_what_was_sent():
         "weights",
         "p",
         "precision",
-        "out",
+        "sink",
         "symmetric",
         "progress",
         "n_jobs",
@@ -793,16 +795,28 @@ def test_verbose_2_logs_every_block_of_the_long_stages(blobs, monkeypatch, caplo
     # 120 rows in blocks of 32: 4 block rows, 10 blocks of the upper triangle
     decoding = [m for m in messages if m.startswith("decoding D: block")]
     assert len(decoding) == 10 and decoding[-1].startswith("decoding D: block 10/10")
+    # the default spectral clusterer streams: its graph is kept while decoding
     spectral = [m for m in messages if m.startswith("spectral:")]
-    assert any("nearest-neighbour affinity: block" in m for m in spectral)
+    assert spectral[0].startswith("spectral: embedding") and spectral[-1] == "spectral: done"
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="skfedclust"):
+        OmniFCClustering(
+            3,
+            random_state=0,
+            keep_dissimilarity=False,
+            clusterer_params={"gamma": "median", "n_neighbors": None},
+        ).fit(X)
+    spectral = [r.getMessage() for r in caplog.records if r.getMessage().startswith("spectral:")]
+    assert any("dense affinity: block" in m for m in spectral)
     assert any("median of the distances: block" in m for m in spectral)
     assert spectral[-1] == "spectral: done"
 
 
 def test_memory_guard_counts_the_parties_shares(monkeypatch):
-    # 120 rows: D is 112.5 KiB, but 7 parties' shares of 2000 features are about 3.2 MiB
+    # 120 rows: D is 112.5 KiB, but 7 parties' shares of 2000 features are about
+    # 3.2 MiB (with the tiles' scratch and two exchanges of messages, above 4 MiB)
     X = np.random.RandomState(8).rand(120, 2000)
-    monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(2 * 2**20))
+    monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(4 * 2**20))
     with pytest.raises(MemoryError, match="n=120 rows need about"):
         OmniFCClustering(3, clusterer="kmedoids").fit(X)
     OmniFCClustering(3, clusterer="kmedoids").fit(X[:, :2])

@@ -30,11 +30,13 @@ from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
 from ..secure._lcc import (
     LCCSetup,
+    NeighbourSink,
     _data_bounds,
     agree_scale,
     decoding_threshold,
     lcc_exchange,
     lcc_query_distances,
+    neighbour_sink_bytes,
     precision_is_safe,
 )
 from ._base import BaseFederatedClustering
@@ -316,22 +318,58 @@ def spectral_affinity(D, rows, *, gamma, n_neighbors):
             _log_block("spectral: dense affinity", i, blocks)
         return affinity
     k = int(n_neighbors)
-    heads, tails, values = [], [], []
+    nearest, distances = [], []
     for i, block in enumerate(blocks):
         slab = D[block].copy() if every_row else D[rows[block]][:, rows]
         local = np.arange(block.start, block.stop)
         slab[local - block.start, local] = np.inf  # not its own neighbour
-        nearest = np.argpartition(slab, k - 1, axis=1)[:, :k]
-        # 32-bit indices: scikit-learn's ARPACK path refuses int64 sparse indices
-        heads.append(np.repeat(local, k).astype(np.int32))
-        tails.append(nearest.ravel().astype(np.int32))
-        weights = np.exp(-gamma * np.take_along_axis(slab, nearest, axis=1).ravel())
-        # a neighbour is an edge by construction: keep it even where exp underflows
-        values.append(np.maximum(weights, np.finfo(np.float64).tiny))
+        idx = nearest_columns(slab, k)
+        nearest.append(idx)
+        distances.append(np.take_along_axis(slab, idx, axis=1))
         _log_block(f"spectral: {k}-nearest-neighbour affinity", i, blocks)
-    graph = sp.csr_array(
-        (np.concatenate(values), (np.concatenate(heads), np.concatenate(tails))), shape=(u, u)
-    )
+    return knn_affinity(np.vstack(nearest), np.vstack(distances), gamma)
+
+
+def nearest_columns(slab, k):
+    """Columns of the ``k`` smallest entries of every row, ties to the lowest column.
+
+    The same rule as the streamed graph (:class:`~skfedclust.secure._lcc.NeighbourSink`
+    orders by ``(distance, index)``), so both give one graph. Returned in
+    increasing column order.
+    """
+    kth = np.partition(slab, k - 1, axis=1)[:, k - 1 : k]
+    less = slab < kth
+    tied = slab == kth
+    need = k - less.sum(axis=1, keepdims=True)
+    take = less | (tied & (np.cumsum(tied, axis=1) <= need))
+    return np.nonzero(take)[1].reshape(slab.shape[0], k)
+
+
+def knn_affinity(nearest, distances, gamma):
+    """The symmetrised sparse affinity ``exp(-gamma * d)`` of a k-nearest-neighbour graph.
+
+    Parameters
+    ----------
+    nearest : ndarray of int of shape (u, k)
+        The neighbours of every vertex.
+    distances : ndarray of shape (u, k)
+        Their squared distances.
+    gamma : float
+        Kernel width.
+
+    Returns
+    -------
+    affinity : scipy.sparse.csr_array of shape (u, u)
+        A pair is kept if either vertex is among the other's neighbours.
+    """
+    u, k = nearest.shape
+    # 32-bit indices: scikit-learn's ARPACK path refuses int64 sparse indices
+    heads = np.repeat(np.arange(u), k).astype(np.int32)
+    tails = nearest.ravel().astype(np.int32)
+    weights = np.exp(-gamma * distances.ravel())
+    # a neighbour is an edge by construction: keep it even where exp underflows
+    values = np.maximum(weights, np.finfo(np.float64).tiny)
+    graph = sp.csr_array((values, (heads, tails)), shape=(u, u))
     # D is symmetric, so both directions of a kept pair carry the same value
     graph = graph.maximum(graph.T).tocsr()
     graph.indices = graph.indices.astype(np.int32, copy=False)
@@ -339,20 +377,34 @@ def spectral_affinity(D, rows, *, gamma, n_neighbors):
     return graph
 
 
-def _spectral_clusterer(D, params, n_clusters, seed):
+def _spectral_params(params):
     gamma = params.pop("gamma", "median")
     n_neighbors = params.pop("n_neighbors", DEFAULT_N_NEIGHBORS if isinstance(gamma, str) else None)
-    distinct = distinct_rows(D)
-    if too_few_distinct_rows(distinct, n_clusters):
-        return None, distinct.inverse
-    gamma = _check_gamma(gamma, D)
     if n_neighbors is not None and (
         isinstance(n_neighbors, bool)
         or not isinstance(n_neighbors, numbers.Integral)
         or n_neighbors < 1
     ):
         raise ValueError(f"n_neighbors must be a positive int or None, got {n_neighbors!r}")
+    if isinstance(gamma, str):
+        if gamma != "median":
+            raise ValueError(f"gamma must be 'median' or a positive number, got {gamma!r}")
+    elif isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not gamma > 0:
+        raise ValueError(f"gamma must be 'median' or a positive number, got {gamma!r}")
+    return gamma, n_neighbors
+
+
+def _spectral_clusterer(D, params, n_clusters, seed):
+    gamma, n_neighbors = _spectral_params(params)
+    distinct = distinct_rows(D)
+    if too_few_distinct_rows(distinct, n_clusters):
+        return None, distinct.inverse
+    gamma = _check_gamma(gamma, D)
     affinity = spectral_affinity(D, distinct.rows, gamma=gamma, n_neighbors=n_neighbors)
+    return _fit_spectral(affinity, gamma, distinct, params, n_clusters, seed)
+
+
+def _fit_spectral(affinity, gamma, distinct, params, n_clusters, seed):
     _check_affinity_has_edges(affinity, gamma)
     if sp.issparse(affinity) and n_clusters >= affinity.shape[0]:
         # ARPACK cannot return as many eigenvectors as vertices of a sparse
@@ -413,6 +465,101 @@ def _check_affinity_has_edges(affinity, gamma):
             "the graph has isolated vertices and no edges to cluster. Use gamma='median' or "
             "a smaller gamma."
         )
+
+
+# --------------------------------------------------------------------------- #
+# Server side, streamed: clusterers that need each row's neighbours only
+# --------------------------------------------------------------------------- #
+def streams(clusterer, params):
+    """Whether ``clusterer`` runs on the streamed neighbour graph instead of ``D``.
+
+    The spectral clusterer on its k-nearest-neighbour affinity (the default)
+    needs every row's nearest rows and the median distance; DBSCAN the rows
+    within ``eps``. The others need all of ``D``.
+    """
+    if clusterer == "dbscan":
+        return True
+    return clusterer == "spectral" and _spectral_is_sparse(params)
+
+
+def neighbour_sink_options(clusterer, params):
+    """What the server must keep per row for a streaming clusterer (public options)."""
+    params = dict(params or {})
+    if clusterer == "dbscan":
+        # validated before any round: the radius decides what the server keeps
+        est = DBSCAN(metric="precomputed", **params)
+        est._validate_params()
+        return {"radius": float(est.eps)}
+    gamma, n_neighbors = _spectral_params(params)
+    return {"n_neighbors": int(n_neighbors), "median": isinstance(gamma, str)}
+
+
+def distinct_from_groups(first):
+    """:class:`DistinctRows` from the lowest identical row of every row."""
+    rows = np.flatnonzero(first == np.arange(len(first)))
+    inverse = np.searchsorted(rows, first)
+    return DistinctRows(rows, inverse, np.bincount(inverse, minlength=len(rows)))
+
+
+def graph_neighbours(graph, distinct, k):
+    """The ``k`` nearest distinct rows of every distinct row, from a :class:`NeighbourGraph`.
+
+    Positions among the distinct rows and integer distances, in increasing
+    ``(distance, index)`` order: what :func:`nearest_columns` selects on ``D``.
+    """
+    listed = graph.neighbours[distinct.rows]
+    valid = listed >= 0
+    safe = np.where(valid, listed, 0)
+    if not graph.masked and not distinct.all_distinct:
+        # identical rows count once: keep the first of every group, not the own one
+        valid &= graph.first[safe] == safe
+        valid &= graph.first[safe] != distinct.rows[:, None]
+    take = valid & (np.cumsum(valid, axis=1) <= k)
+    u = len(distinct.rows)
+    if np.any(take.sum(axis=1) != k):
+        raise RuntimeError("the streamed neighbour lists are shorter than n_neighbors")
+    nearest = np.searchsorted(distinct.rows, listed[take]).reshape(u, k)
+    return nearest, graph.distances[distinct.rows][take].reshape(u, k)
+
+
+def graph_server_cluster(graph, clusterer, params, n_clusters, seed):
+    """Server step, streamed: the clusterer on the neighbour graph kept of ``D``.
+
+    Gives the labels :func:`server_cluster` gives on the dense ``D``: the same
+    neighbours (ties to the lowest row), the same median, the same
+    identical-row groups; DBSCAN gets the sparse graph of the pairs within
+    ``eps``, which scikit-learn's DBSCAN treats as the dense matrix.
+    """
+    params = dict(params or {})
+    if clusterer == "dbscan":
+        est = DBSCAN(metric="precomputed", **params).fit(graph.radius_graph)
+        return est, est.labels_
+    gamma, n_neighbors = _spectral_params(params)
+    distinct = distinct_from_groups(graph.first)
+    if too_few_distinct_rows(distinct, n_clusters):
+        return None, distinct.inverse
+    if isinstance(gamma, str):
+        if graph.median is None:
+            raise ValueError("every squared distance is 0: the rows are identical")
+        gamma = 1.0 / graph.median
+    u = len(distinct.rows)
+    k = min(int(n_neighbors), u - 1)
+    nearest, ints = graph_neighbours(graph, distinct, k)
+    distances = ints * graph.scale
+    if n_neighbors >= u - 1:
+        # every other distinct row is a neighbour: the dense kernel, as on D
+        D = np.zeros((u, u))
+        np.put_along_axis(D, nearest, distances, axis=1)
+        affinity = np.exp(np.multiply(D, -gamma))
+    else:
+        affinity = knn_affinity(nearest, distances, gamma)
+    return _fit_spectral(affinity, gamma, distinct, params, n_clusters, seed)
+
+
+def omnifc_graph_server_step(*, graph, clusterer, clusterer_params, n_clusters, seed):
+    """Server step: the streaming clusterer on the kept neighbour graph (labels per row)."""
+    est, labels = graph_server_cluster(graph, clusterer, clusterer_params, n_clusters, seed)
+    return est, np.asarray(labels)
 
 
 # ---------------------------------------------------------------- custom
@@ -747,6 +894,7 @@ class OmniFCClustering(BaseFederatedClustering):
         ],
         "prime": [Interval(numbers.Integral, 3, 2**31, closed="left")],
         "n_parties": [None, Interval(numbers.Integral, 1, None, closed="left")],
+        "keep_dissimilarity": ["boolean"],
     }
 
     def __init__(
@@ -761,6 +909,7 @@ class OmniFCClustering(BaseFederatedClustering):
         precision="auto",
         prime=DEFAULT_PRIME,
         n_parties=None,
+        keep_dissimilarity=False,
         n_jobs=None,
         random_state=None,
         verbose=0,
@@ -774,6 +923,7 @@ class OmniFCClustering(BaseFederatedClustering):
         self.precision = precision
         self.prime = prime
         self.n_parties = n_parties
+        self.keep_dissimilarity = keep_dissimilarity
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
@@ -801,34 +951,49 @@ class OmniFCClustering(BaseFederatedClustering):
             n_parties=self.n_parties,
         )
         n = int(np.sum(runtime.client_sizes))
-        # the peak is the clusterer's, or D while the parties' shares and one
-        # exchange of their tiles are alive
-        decoding = 1.0 + setup.decoding_bytes(n) / (8.0 * n * n)
-        self._check_memory(
-            n, n, max(self._fit_peak_copies(), decoding), "the decoded distance matrix D"
+        streamed = isinstance(self.clusterer, str) and streams(
+            self.clusterer, self.clusterer_params
         )
+        options = neighbour_sink_options(self.clusterer, self.clusterer_params) if streamed else {}
+        keep = self.keep_dissimilarity or not streamed
+        self._check_fit_memory(setup, n, streamed, keep, options)
         row_numbers = public_row_numbers(runtime)
         scale = agree_scale(runtime, setup, self.precision)
         check_clustering_range(scale.precision)
-        D = lcc_exchange(runtime, setup, scale.precision, row_numbers, n_jobs=self.n_jobs)
+        sink = None
+        if streamed:
+            sink = NeighbourSink(
+                n,
+                value_bound=(setup.p - 1) // 2,
+                dense=np.empty((n, n)) if keep else None,
+                **options,
+            )
+        result = lcc_exchange(
+            runtime, setup, scale.precision, row_numbers, n_jobs=self.n_jobs, sink=sink
+        )
+        D = result.dense if streamed else result
         runtime.stage(f"server: {self._clusterer_name()} on the decoded distances")
         seed = (
             int(self.random_state)
             if isinstance(self.random_state, numbers.Integral)
             else int(random_state.randint(np.iinfo(np.int32).max))
         )
-        est, labels = runtime.server(
-            omnifc_server_step,
-            D=D,
-            clusterer=self.clusterer,
-            clusterer_params=self.clusterer_params,
-            n_clusters=self.n_clusters,
-            seed=seed,
-        )
+        public = {
+            "clusterer": self.clusterer,
+            "clusterer_params": self.clusterer_params,
+            "n_clusters": self.n_clusters,
+            "seed": seed,
+        }
+        if streamed:
+            est, labels = runtime.server(omnifc_graph_server_step, graph=result, **public)
+        else:
+            est, labels = runtime.server(omnifc_server_step, D=D, **public)
         runtime.send({c: labels[rows] for c, rows in enumerate(row_numbers)}, tag="labels")
         runtime.run(omnifc_keep_labels, tag="labels")
 
-        self.dissimilarity_matrix_ = D
+        self.__dict__.pop("dissimilarity_matrix_", None)
+        if D is not None:
+            self.dissimilarity_matrix_ = D
         self.clusterer_ = est
         self.precision_ = scale.precision
         self.offset_ = scale.offset.values
@@ -870,6 +1035,21 @@ class OmniFCClustering(BaseFederatedClustering):
             return PEAK_COPIES["dense spectral"]
         return PEAK_COPIES[self.clusterer]
 
+    def _check_fit_memory(self, setup, n, streamed, keep, options):
+        """Refuse, before any round, a fit whose peak cannot fit in memory."""
+        if not streamed:
+            # the peak is the clusterer's, or D while the parties' shares and
+            # one exchange of their tiles are alive
+            decoding = 1.0 + setup.decoding_bytes(n) / (8.0 * n * n)
+            self._check_memory(
+                n, n, max(self._fit_peak_copies(), decoding), "the decoded distance matrix D"
+            )
+            return
+        extra = setup.decoding_bytes(n, streamed=True) + neighbour_sink_bytes(n, **options)
+        copies = (1.0 if keep else 0.0) + extra / (8.0 * n * n)
+        what = "the streamed neighbour graph" + (" and the kept matrix D" if keep else "")
+        self._check_memory(n, n, copies, what)
+
     def _check_memory(self, n_rows, n_cols, n_copies, what):
         check_dense_memory(
             n_rows,
@@ -877,8 +1057,11 @@ class OmniFCClustering(BaseFederatedClustering):
             n_copies=n_copies,
             what=f"{what} and the {self._clusterer_name()} clusterer's working copies",
             advice=(
-                "Fit on fewer rows (e.g. a random subsample and predict the rest), or use a "
-                "federated method that needs no n x n matrix (e.g. KFed or FeCA)."
+                "Fit on fewer rows (e.g. a random subsample and predict the rest), use a "
+                "clusterer that streams the distances into a neighbour graph and needs no "
+                "n x n matrix (clusterer='spectral' on its default k-nearest-neighbour graph, "
+                "or clusterer='dbscan'; keep_dissimilarity=False), or a federated method that "
+                "needs none either (e.g. KFed or FeCA)."
             ),
         )
 
@@ -918,7 +1101,7 @@ class OmniFCClustering(BaseFederatedClustering):
         labels : ndarray of shape (n_samples,)
             Cluster of each row; the rule per clusterer is given in the Notes.
         """
-        check_is_fitted(self, "dissimilarity_matrix_")
+        check_is_fitted(self, "precision_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         session = self.__dict__.get("_session")
         if session is None:
