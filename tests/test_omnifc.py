@@ -888,3 +888,140 @@ def test_default_spectral_with_one_cluster_per_row():
         warnings.simplefilter("ignore", RuntimeWarning)
         est = OmniFCClustering(14, random_state=0).fit(X)
     assert sorted(est.labels_) == list(range(14))
+
+
+# --------------------------------------------------------------------------- #
+# Streamed decoding into a neighbour graph
+# --------------------------------------------------------------------------- #
+def _tied_with_duplicates(n=300, copies=0, seed=0):
+    X, _ = make_blobs(n, centers=4, n_features=4, random_state=seed)
+    # rounded: many exactly tied distances, so the tie rule matters
+    X = np.round(X, 1)
+    if copies:
+        X = np.vstack([X, np.repeat(X[:3], copies, axis=0)])
+    return X
+
+
+def _reference_affinity(X, q, k=10, gamma="median"):
+    """The k-NN affinity of the exact squared distances: ties to the lowest row."""
+    from skfedclust.methods._omnifc import distinct_rows, knn_affinity, nearest_columns
+
+    D = exact_sq(X, X, q)
+    if gamma == "median":
+        gamma = 1.0 / np.median(D[np.triu_indices(len(D), 1)][D[np.triu_indices(len(D), 1)] > 0])
+    rows = distinct_rows(D).rows
+    sub = D[np.ix_(rows, rows)]
+    np.fill_diagonal(sub, np.inf)
+    idx = nearest_columns(sub, k)
+    # the lowest index among ties, checked against a stable sort of (distance, index)
+    stable = np.argsort(sub, axis=1, kind="stable")[:, :k]
+    assert np.array_equal(np.sort(stable, axis=1), idx)
+    return knn_affinity(idx, np.take_along_axis(sub, idx, axis=1), gamma)
+
+
+def _same_sparse(A, B):
+    A, B = sp.csr_array(A), sp.csr_array(B)
+    A.sort_indices()
+    B.sort_indices()
+    return (
+        np.array_equal(A.indptr, B.indptr)
+        and np.array_equal(A.indices, B.indices)
+        and np.array_equal(A.data, B.data)
+    )
+
+
+@pytest.mark.parametrize("copies", [0, 4])
+def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies):
+    X = _tied_with_duplicates(copies=copies)
+    est = OmniFCClustering(4, random_state=0).fit(X)
+    assert not hasattr(est, "dissimilarity_matrix_")
+    A = est.clusterer_.affinity_matrix_
+    assert sp.issparse(A)
+    assert _same_sparse(A, _reference_affinity(X, est.precision_))
+
+
+@pytest.mark.parametrize(
+    "clusterer, params",
+    [
+        ("spectral", None),
+        ("spectral", {"n_neighbors": 4}),
+        ("spectral", {"gamma": 0.5, "n_neighbors": 7}),
+        ("spectral", {"n_neighbors": 400}),  # every distinct row: the dense kernel
+        ("dbscan", None),
+        ("dbscan", {"eps": 0.8, "min_samples": 4}),
+    ],
+)
+@pytest.mark.parametrize("copies", [0, 5])
+def test_streamed_labels_equal_the_dense_path(clusterer, params, copies):
+    from skfedclust.methods._omnifc import server_cluster
+
+    X = _tied_with_duplicates(copies=copies)
+    streamed = OmniFCClustering(
+        4, clusterer=clusterer, clusterer_params=params, random_state=0
+    ).fit(X)
+    kept = OmniFCClustering(
+        4, clusterer=clusterer, clusterer_params=params, random_state=0, keep_dissimilarity=True
+    ).fit(X)
+    D = kept.dissimilarity_matrix_
+    assert np.array_equal(D, exact_sq(X, X, kept.precision_))
+    _, dense = server_cluster(D, clusterer, params, 4, 0)
+    assert np.array_equal(streamed.labels_, dense)
+    assert np.array_equal(kept.labels_, dense)
+    # predict needs no D: the training rows get their labels back
+    assert np.array_equal(streamed.predict(X), streamed.labels_)
+
+
+def test_a_second_pass_settles_the_median_and_crowded_neighbour_lists(monkeypatch, caplog):
+    from skfedclust.secure import _lcc
+
+    # a tiny sample and window: the median falls outside the window
+    monkeypatch.setattr(_lcc, "MEDIAN_SAMPLE", 50)
+    monkeypatch.setattr(_lcc, "MEDIAN_WINDOW", 4)
+    # 40 copies of three rows crowd every neighbour list of 2 * 3 entries
+    X = _tied_with_duplicates(n=200, copies=40)
+    with caplog.at_level(logging.INFO, logger="skfedclust"):
+        est = OmniFCClustering(
+            4, clusterer_params={"n_neighbors": 3}, random_state=0, keep_dissimilarity=False
+        ).fit(X)
+    assert any("second pass" in r.getMessage() for r in caplog.records)
+    assert _same_sparse(est.clusterer_.affinity_matrix_, _reference_affinity(X, est.precision_, 3))
+    # the second pass is a second upload of every tile, counted
+    once = OmniFCClustering(4, clusterer="kmedoids", random_state=0).fit(X)
+    n = len(X)
+    extra = est.communication_["bytes_up"] - once.communication_["bytes_up"]
+    assert extra == 7 * 4 * n * (n - 1) // 2
+
+
+def test_streaming_median_is_exact_in_its_window():
+    from skfedclust.secure._lcc import _StreamingMedian
+
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 101, 5000):
+        values = rng.integers(1, 2**20, size=size)
+        med = _StreamingMedian(2**29)
+        for chunk in np.array_split(values, 7):
+            med.add(chunk)
+        assert med.settle(0.25)
+        assert med.result == np.median(values * 0.25)
+
+
+def test_memory_of_the_streamed_fit_does_not_grow_with_n_squared():
+    from skfedclust.secure._lcc import LCCSetup, neighbour_sink_bytes
+
+    setup = LCCSetup(
+        n_clients=7, n_features=784, n_segments=2, n_colluders=2, prime=2**30 - 35, n_parties=None
+    )
+    n = 200_000
+    streamed = setup.decoding_bytes(n, streamed=True) + neighbour_sink_bytes(
+        n, n_neighbors=10, median=True
+    )
+    # the parties' shares (in a simulation) dominate: 7 n (4 w + 8) bytes
+    assert streamed < 3 * 2**30
+    assert streamed < 0.01 * 8 * n * n
+
+
+def test_memory_guard_names_the_streaming_clusterers(blobs, monkeypatch):
+    X, _ = blobs
+    monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(2**20))
+    with pytest.raises(MemoryError, match="clusterer='spectral'.*clusterer='dbscan'"):
+        OmniFCClustering(3, clusterer="kmedoids").fit(X)

@@ -1726,7 +1726,10 @@ def neighbour_sink_bytes(n, *, n_neighbors=None, radius=None, median=False):
     capacity = 0 if n_neighbors is None else 2 * int(n_neighbors)
     total = 4 * 8 * n * capacity + 2 * 8 * n
     if median:
-        total += 3 * 4 * MEDIAN_SAMPLE + 8 * MEDIAN_WINDOW + 8 * 2**16
+        pairs = n * (n - 1) // 2
+        total += 3 * 4 * min(pairs, MEDIAN_SAMPLE) + 8 * 2**16
+        if pairs > MEDIAN_SAMPLE:
+            total += 2 * 8 * MEDIAN_WINDOW
     if radius is not None:
         total += 2 * 20 * n
     return total
