@@ -61,3 +61,17 @@ def test_ledger_rejects_unknown_parties():
         ledger.record(np.ones(1), sender=True, receiver=SERVER)
     with pytest.raises(ValueError, match="itself"):
         ledger.record(np.ones(1), sender=SERVER, receiver=SERVER)
+
+
+def test_evaluation_exchanges_are_counted_apart_from_the_methods_rounds():
+    ledger = Ledger(2)
+    ledger.open_phase()
+    ledger.record(np.zeros(2), sender=0, receiver=SERVER)
+    with ledger.evaluating():
+        ledger.open_phase(setup=True)
+        ledger.record(np.zeros(1), sender=0, receiver=1)
+        ledger.open_phase()
+        ledger.record(np.zeros(3), sender=1, receiver=SERVER)
+    report = ledger.report()
+    assert (report["rounds"], report["setup_rounds"], report["evaluation_rounds"]) == (1, 0, 2)
+    assert report["bytes_up"] == 8 * 5 and report["bytes_peer"] == 8

@@ -191,22 +191,28 @@ def record_threads(data, inbox, state, party):
 
 
 def test_kfed_server_never_gets_unsent_sizes():
+    from skfedclust.methods._centroid_steps import secure_inertia_communication
+
     X, _ = make_blobs(120, centers=3, random_state=0)
     clients = [X[:40], X[40:80], X[80:]]
-    # Each client: 3 x 2 float64 centers and its local iteration count (int64).
+    inertia = secure_inertia_communication(3)
+    # Each client: 3 x 2 float64 centers and its local iteration count (int64);
+    # then the secure sums of inertia_ (evaluation rounds).
     runtime = check_protocol(
         KFed(3, random_state=0),
         clients,
         rounds=1,
-        bytes_up=3 * (3 * 2 * 8 + 8),
-        bytes_down=3 * 3 * 2 * 8,
+        bytes_up=3 * (3 * 2 * 8 + 8) + inertia["bytes_up"],
+        bytes_down=3 * 3 * 2 * 8 + inertia["bytes_down"],
     )
     (step, (uploads,), _) = runtime.server_inputs[0]
     assert all(
         len(p) == 2 and p[0].shape == (3, 2) and np.ndim(p[1]) == 0 for p in uploads.values()
     )
     weighted = check_protocol(
-        KFed(3, weighted=True, random_state=0), clients, bytes_up=3 * (3 * 2 * 8 + 3 * 8 + 8)
+        KFed(3, weighted=True, random_state=0),
+        clients,
+        bytes_up=3 * (3 * 2 * 8 + 3 * 8 + 8) + inertia["bytes_up"],
     )
     (_, (uploads,), _) = weighted.server_inputs[0]
     assert all(len(p) == 3 for p in uploads.values())

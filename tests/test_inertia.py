@@ -105,4 +105,4 @@ def test_inertia_and_score_of_every_centroid_estimator(est):
     # The server learnt the inertia from the two secure sums only.
     steps = [name for name, _, _ in runtimes[-1].server_inputs]
     assert steps[-2:] == ["unmask_sum", "unmask_sum"]
-    assert est.communication_["setup_rounds"] >= 1
+    assert est.communication_["evaluation_rounds"] >= 1

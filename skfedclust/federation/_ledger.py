@@ -6,6 +6,7 @@ is derived from these records only, so it cannot disagree with the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from dataclasses import dataclass
 
@@ -93,9 +94,28 @@ class Ledger:
         self._messages = []
         self._phase = -1
         self._phase_setup = {}
+        self._phase_evaluation = {}
         self._round = -1
         self._setup_round = -1
+        self._evaluation_round = -1
+        self._evaluating = 0
         self._counted = set()
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Count the exchanges made inside the block as evaluation rounds.
+
+        An estimator that reports a diagnostic of its result (its inertia)
+        after the protocol proper computes it in evaluation exchanges: their
+        messages are recorded and their bytes counted like any other, but
+        their rounds (set-up included) go to ``evaluation_rounds``, so
+        ``rounds`` stays the method's own.
+        """
+        self._evaluating += 1
+        try:
+            yield self
+        finally:
+            self._evaluating -= 1
 
     # -- recording (called by the runtime) -------------------------------------
     def open_phase(self, *, setup=False, same_round=False):
@@ -106,7 +126,11 @@ class Ledger:
         """
         self._phase += 1
         self._phase_setup[self._phase] = bool(setup)
-        current = self._setup_round if setup else self._round
+        self._phase_evaluation[self._phase] = self._evaluating > 0
+        if self._evaluating:
+            current = self._evaluation_round
+        else:
+            current = self._setup_round if setup else self._round
         if same_round and current >= 0:
             self._counted.add(self._phase)
         return self._phase
@@ -130,6 +154,11 @@ class Ledger:
         if sender == SERVER:
             # A download belongs to the round it answers (or opens the first).
             return max(self._round, 0)
+        if self._phase_evaluation[phase]:
+            if phase not in self._counted:
+                self._counted.add(phase)
+                self._evaluation_round += 1
+            return self._evaluation_round
         if phase not in self._counted:
             self._counted.add(phase)
             if self._phase_setup[phase]:
@@ -162,8 +191,9 @@ class Ledger:
         Returns
         -------
         report : dict
-            ``rounds`` (exchanges in which clients sent, set-up excluded),
-            ``setup_rounds``, ``bytes_up``, ``bytes_down``, ``bytes_peer``
+            ``rounds`` (exchanges in which clients sent, set-up and
+            evaluation excluded), ``setup_rounds``, ``evaluation_rounds``
+            (see :meth:`evaluating`), ``bytes_up``, ``bytes_down``, ``bytes_peer``
             (client-to-client), ``bytes_total``, ``n_messages``, and
             ``per_client``: a dict of arrays of length ``n_parties`` with
             ``bytes_up``, ``bytes_down``, ``bytes_peer_sent`` and
@@ -188,6 +218,7 @@ class Ledger:
         return {
             "rounds": self._round + 1,
             "setup_rounds": self._setup_round + 1,
+            "evaluation_rounds": self._evaluation_round + 1,
             "bytes_up": up,
             "bytes_down": down,
             "bytes_peer": peer,

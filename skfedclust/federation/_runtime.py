@@ -436,6 +436,15 @@ class Runtime:
         """
         return None
 
+    def evaluation(self):
+        """Context in which exchanges count as evaluation rounds, not protocol rounds.
+
+        For diagnostics an estimator computes from its result after the
+        protocol proper (its inertia): their bytes are counted as any other,
+        their rounds in ``communication_["evaluation_rounds"]``.
+        """
+        return self.ledger.evaluating()
+
     def stage(self, message):
         """Log the start of a protocol stage."""
         elapsed = time.perf_counter() - self._t0

@@ -12,6 +12,11 @@ from ..clusterers import nearest_center
 from ..federation import Reply
 from ..secure import SecureAggregator, agree_bound, default_degree
 
+#: Binary orders per range of the histogram that bounds the clients' inertias:
+#: the bound may exceed the largest inertia by up to 2**16, which leaves the
+#: secure sum more than 40 bits of precision, and the histogram is 132 values.
+INERTIA_BOUND_COARSENESS = 16
+
 __all__ = [
     "inertia_message",
     "label_and_inertia",
@@ -127,7 +132,11 @@ def secure_inertia(
     3. a secure sum of the inertias under that bound.
 
     Communication: one set-up round and four rounds (two per secure sum),
-    plus the centers' download; bytes in :func:`secure_inertia_communication`.
+    all counted as ``evaluation_rounds`` (the method's ``rounds`` are its
+    own), plus the centers' download; bytes in
+    :func:`secure_inertia_communication`. The bound's histogram spans
+    :data:`INERTIA_BOUND_COARSENESS` binary orders per range: the server
+    learns less, and the inertia keeps more than 40 bits of precision.
 
     Parameters
     ----------
@@ -157,16 +166,28 @@ def secure_inertia(
     """
     seed = int(random_state.randint(np.iinfo(np.int32).max))
     aggregator = SecureAggregator(runtime, seed=seed)
-    # The set-up exchange would consume the centers if they were sent first.
-    aggregator.setup()
+    with runtime.evaluation():
+        # The set-up exchange would consume the centers if they were sent first.
+        aggregator.setup()
     runtime.broadcast(centers, tag=centers_tag)
     for tag, payloads in (messages or {}).items():
         runtime.send(payloads, tag=tag)
     runtime.stage("client step: labels; secure sums: a bound on the inertia, the inertia")
-    bound = agree_bound(aggregator, step, tag="inertia bound", centers_tag=centers_tag, **public)
-    (total, overflowed), _ = aggregator.sum(
-        nearest_center_inertia, tag="inertia", bounds=[bound or 1.0, None], centers_tag=centers_tag
-    )
+    with runtime.evaluation():
+        bound = agree_bound(
+            aggregator,
+            step,
+            tag="inertia bound",
+            coarseness=INERTIA_BOUND_COARSENESS,
+            centers_tag=centers_tag,
+            **public,
+        )
+        (total, overflowed), _ = aggregator.sum(
+            nearest_center_inertia,
+            tag="inertia",
+            bounds=[bound or 1.0, None],
+            centers_tag=centers_tag,
+        )
     return float("inf") if overflowed[0] else float(total[0])
 
 
@@ -181,9 +202,11 @@ def secure_inertia_communication(n_clients):
     description up, a 32-byte self-mask share to each neighbour and, when
     unmasking, the ``q`` shares it holds up (``32 q``), and the server
     announces the ``m`` survivors to every client (``8 m`` down each). The
-    bound's vector is 2101 int64 (one per binary exponent of a float64;
-    described in 16 bytes), the inertia's one float64 and one int64
-    (described in 39 bytes). The centers' download is not included.
+    bound's vector is ``ceil(2101 / c)`` int64 (one per range of ``c =``
+    :data:`INERTIA_BOUND_COARSENESS` binary exponents of a float64; described
+    in 16 bytes), the inertia's one float64 and one int64 (described in 39
+    bytes). Every round is an evaluation round. The centers' download is not
+    included.
 
     Parameters
     ----------
@@ -193,15 +216,19 @@ def secure_inertia_communication(n_clients):
     Returns
     -------
     communication : dict
-        ``rounds``, ``setup_rounds``, ``bytes_up``, ``bytes_down``, ``bytes_peer``.
+        ``rounds`` and ``setup_rounds`` (none: the inertia's exchanges do not
+        count as the method's), ``evaluation_rounds``, ``bytes_up``,
+        ``bytes_down``, ``bytes_peer``.
     """
     m = int(n_clients)
     degree = default_degree(m)
     q = m - 1 if degree >= m - 1 else degree - degree % 2
-    vectors = (8 * 2101 + 16) + (8 * 2 + 39)
+    bins = -(-2101 // INERTIA_BOUND_COARSENESS)
+    vectors = (8 * bins + 16) + (8 * 2 + 39)
     return {
-        "rounds": 4,
-        "setup_rounds": int(m > 1),
+        "rounds": 0,
+        "setup_rounds": 0,
+        "evaluation_rounds": 4 + int(m > 1),
         "bytes_up": m * vectors + 2 * m * 32 * q,
         "bytes_down": 2 * m * 8 * m,
         "bytes_peer": 16 * m * q // 2 + 2 * m * 32 * q,

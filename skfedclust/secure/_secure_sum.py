@@ -650,11 +650,12 @@ class SecureAggregator:
 _MIN_EXPONENT, _MAX_EXPONENT = -1075, 1025
 
 
-def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public):
+def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, coarseness=1):
     """Client step: one-hot of the binary exponent of the largest ``|x|`` ``inner`` sends.
 
     Added up by a secure sum, the histograms tell the server how many clients
-    have their largest entry in each power-of-two range, and not which ones.
+    have their largest entry in each power-of-two range (of ``coarseness``
+    binary orders), and not which ones.
     """
     from ..federation._runtime import resolve_client_step
 
@@ -664,21 +665,28 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public):
     if not np.isfinite(largest):
         raise ValueError(f"client {party.index}: the values to bound are not finite")
     exponent = math.frexp(largest)[1] if largest > 0 else _MIN_EXPONENT
-    onehot = np.zeros(_MAX_EXPONENT - _MIN_EXPONENT + 1, dtype=np.int64)
-    onehot[exponent - _MIN_EXPONENT] = 1
+    onehot = np.zeros(_n_bins(coarseness), dtype=np.int64)
+    onehot[(exponent - _MIN_EXPONENT) // coarseness] = 1
     # What ``inner`` keeps or outputs is kept and output as usual: a later
     # step may need the messages this one consumed.
     return Reply(send=onehot, keep=reply.keep, output=reply.output)
 
 
-def agree_bound(aggregator, step, *, tag, clients=None, **public):
+def _n_bins(coarseness):
+    return -(-(_MAX_EXPONENT - _MIN_EXPONENT + 1) // coarseness)
+
+
+def agree_bound(aggregator, step, *, tag, clients=None, coarseness=1, **public):
     """A public bound on what ``step`` sends on every client, from a secure sum.
 
     Each client adds a one-hot vector of the binary exponent of its largest
     entry; the server learns the histogram of those exponents (how many
     clients' largest entries fall in each power-of-two range, not whose) and
     takes the power of two above the largest. The bound is then at most twice
-    the largest entry of any client.
+    the largest entry of any client. With ``coarseness=c`` the ranges span
+    ``c`` binary orders: the server learns less, the vector is ``c`` times
+    shorter (2101 int64 for ``c=1``), and the bound may be ``2**c`` times the
+    largest entry, which costs ``c`` bits of the sum's fixed-point precision.
 
     Parameters
     ----------
@@ -690,6 +698,8 @@ def agree_bound(aggregator, step, *, tag, clients=None, **public):
         Name of the sum.
     clients : list of int, default=None
         Clients taking part.
+    coarseness : int, default=1
+        Binary orders per range of the histogram.
     **public
         Public constants of ``step``.
 
@@ -699,6 +709,10 @@ def agree_bound(aggregator, step, *, tag, clients=None, **public):
         A power of two not below any client's largest ``|x|`` (0.0 when all
         are 0).
     """
+    if isinstance(coarseness, bool) or not isinstance(coarseness, numbers.Integral):
+        raise ValueError(f"coarseness must be an int >= 1, got {coarseness!r}")
+    if coarseness < 1:
+        raise ValueError(f"coarseness must be an int >= 1, got {coarseness!r}")
     from ..federation._runtime import client_step_name
 
     histogram, _ = aggregator.sum(
@@ -707,7 +721,13 @@ def agree_bound(aggregator, step, *, tag, clients=None, **public):
         clients=clients,
         inner=client_step_name(step),
         inner_public=public,
+        coarseness=int(coarseness),
     )
     present = np.flatnonzero(histogram)
-    top = int(present.max()) + _MIN_EXPONENT if present.size else _MIN_EXPONENT
-    return 0.0 if top == _MIN_EXPONENT else math.ldexp(1.0, top)
+    if not present.size:
+        return 0.0
+    # The top of the highest range that holds a client's largest exponent.
+    top = (int(present.max()) + 1) * coarseness - 1 + _MIN_EXPONENT
+    if top <= _MIN_EXPONENT:
+        return 0.0
+    return math.ldexp(1.0, min(top, 1024 - 1)) * (2.0 if top >= 1024 else 1.0)
