@@ -187,32 +187,42 @@ def _fill_extra(chunk, extra):
 
 
 def _mulmod_into(a, factor, p, out):
-    """``out <- a * factor mod p``, centred, for centred residues ``a`` (float64)."""
+    """``out <- a * factor mod p`` for centred residues ``a`` (float64).
+
+    The result is congruent with ``|out| <= p/2 + 3`` (:func:`reduction_bound`):
+    one float reduction, without the slower masked corrections to ``(-p/2,
+    p/2]``; :meth:`ModularProduct.plan` budgets for the 3.
+    """
     h = (p - 1) // 2
     factor = int(factor)
     if factor == 1:
         out[...] = a
         return out
-    if abs(factor) <= 2 and 2 * (h + 1) <= 2**52:
-        # |a * factor| <= 2 h < 3 p / 2: one correction on each side suffices
-        np.multiply(a, float(factor), out=out)
-    elif (h + 1) * abs(factor) <= 2**52:
+    if (h + 3) * abs(factor) <= 2**52:
         np.multiply(a, float(factor), out=out)
         reduce_inplace(out, p, 1.0 / p, np.empty_like(out))
-    else:
-        out[...] = mulmod_centred(a, factor, p)
         return out
-    # within p/2 + 3 (or 2 h) of 0: bring the values outside (-p/2, p/2] inside
-    np.subtract(out, p, out=out, where=out > h)
-    np.add(out, p, out=out, where=out < -h)
+    out[...] = mulmod_centred(a, factor, p)
     return out
+
+
+def centre_into(residues, p, out):
+    """``out <- residues`` centred (float64, ``|out| <= (p - 1)/2``), by one float reduction.
+
+    ``x - p * rint(x / p)`` for ``x`` in ``[0, p)``: ``rint`` is 0 below
+    ``p/2`` and 1 above, exactly (``x / p`` is at least ``1 / (2p)`` away from
+    ``1/2``), with plain passes instead of masked ones.
+    """
+    out[...] = residues
+    return reduce_inplace(out, p, 1.0 / p, np.empty_like(out))
 
 
 @dataclass(frozen=True)
 class ModularProduct:
     """Exact plan for ``A @ B.T mod p`` with float64 BLAS.
 
-    ``A`` and ``B`` hold centred residues of magnitude ``<= h = (p - 1) / 2``.
+    ``A`` and ``B`` hold centred residues of magnitude ``<= h = (p - 1) / 2``
+    (the left operand, once multiplied by its factor, up to ``h + 3``).
     With ``n_limbs == 1`` the product of centred residues is exact as it is.
     With ``n_limbs == 2`` ``B`` is cut into two signed limbs of ``shift``
     bits, ``b = hi * 2**shift + lo``, and ``A`` is stacked with
@@ -244,14 +254,16 @@ class ModularProduct:
     def plan(cls, p, width):
         """Fewest float64 products per block for residues of ``p`` and inner ``width``."""
         h = (p - 1) // 2
+        # left operands are reduced without the final correction: up to h + 3
+        left = reduction_bound(p)
         width = max(int(width), 1)
         budget = _budget(p)
-        single = budget // (h * h)
+        single = budget // (left * h)
         if single >= width:
             return cls(p, 1, 0, width)
         # the limb split that minimises the largest column term h * (|hi| + |lo|)
         shift = min(range(1, h.bit_length() + 1), key=lambda s: (h >> s) + 1 + 2 ** (s - 1))
-        chunk = budget // (h * ((h >> shift) + 1 + 2 ** (shift - 1)))
+        chunk = budget // (left * ((h >> shift) + 1 + 2 ** (shift - 1)))
         if chunk < 1:
             raise ValueError(f"prime {p} is too large for exact float64 products")
         return cls(p, 2, shift, min(chunk, width))
@@ -304,12 +316,12 @@ class ModularProduct:
             chunk = np.empty((b.shape[0], self.n_limbs * width + n_extra))
             part = b[:, cols]
             if self.n_limbs == 2:
-                # Scaling by a power of two and floor are exact on these integers.
+                # Scaling by a power of two and rounding are exact on these
+                # integers: |hi| <= (h >> shift) + 1, |lo| <= 2**(shift - 1).
                 hi, lo = chunk[:, :width], chunk[:, width : 2 * width]
-                np.ldexp(part, -self.shift, out=hi)
-                hi += 0.5
-                np.floor(hi, out=hi)
-                np.ldexp(hi, self.shift, out=lo)
+                np.multiply(part, 2.0**-self.shift, out=hi)
+                np.rint(hi, out=hi)
+                np.multiply(hi, 2.0**self.shift, out=lo)
                 np.subtract(part, lo, out=lo)
             else:
                 chunk[:, :width] = part

@@ -56,6 +56,7 @@ from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
     canonical_inplace,
+    centre_into,
     centred,
     check_prime,
     mod_inverse,
@@ -799,24 +800,27 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
     Returns
     -------
     tiles : tuple of ndarray of int32
-        One array per tile, residues in ``[-(p - 1)/2, (p - 1)/2]`` (a 32-bit
-        field element each, centred so that the server folds them without
-        another pass): the message.
+        One array per tile, congruent residues of magnitude at most ``(p -
+        1)/2 + 3`` (a 32-bit field element each, centred so that the server
+        folds them without another pass): the message.
     """
     (Z_a, r_a), (Z_b, r_b) = left, right
     plan = ModularProduct.plan(p, Z_a.shape[1])
     scratch = _Scratch(("g", "tmp", "tmp2"))
     size = max((max(_tile_shape(t)) for t in tiles), default=1)
     out = [None] * len(tiles)
-    half = (p - 1) // 2
     triangles = {}
+
     # the operands of every row and column block of this request, prepared once
+    def centre(rows):
+        return centre_into(rows, p, np.empty(rows.shape))
+
     lefts = {
-        (a0, a1): plan.left_operand(centred(Z_a[a0:a1], p), factor=-2, extra=[r_a[a0:a1], 1.0])
+        (a0, a1): plan.left_operand(centre(Z_a[a0:a1]), factor=-2, extra=[r_a[a0:a1], 1.0])
         for a0, a1 in sorted({t[:2] for t in tiles})
     }
     rights = {
-        (b0, b1): plan.right_operand(centred(Z_b[b0:b1], p), extra=[1.0, r_b[b0:b1]])
+        (b0, b1): plan.right_operand(centre(Z_b[b0:b1]), extra=[1.0, r_b[b0:b1]])
         for b0, b1 in sorted({t[2:] for t in tiles})
     }
 
@@ -824,10 +828,8 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
         a0, a1, b0, b1 = tile
         work = scratch.get(size, _tile_shape(tile))
         lhs, rhs = lefts[a0, a1], rights[b0, b1]
+        # |g| <= p/2 + 3 after the product's reduction: a 32-bit residue as it is
         g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"])
-        # |g| <= p/2 + 3 after the product's reduction: into (-p/2, p/2)
-        np.subtract(g, p, out=g, where=g > half)
-        np.add(g, p, out=g, where=g < -half)
         if _is_diagonal(tile, symmetric):
             g = g[_upper_triangle(a1 - a0, triangles)]
         out[k] = g.astype(np.int32).ravel()
@@ -1195,13 +1197,13 @@ MIN_EXCHANGE_BYTES = 8 * 2**20
 MAX_MESSAGE_BYTES = 256 * 2**20
 #: Largest exchange, all parties together: the messages the server holds at
 #: once stay bounded whatever ``n``.
-MAX_EXCHANGE_BYTES = 256 * 2**20
+MAX_EXCHANGE_BYTES = 128 * 2**20
 #: Whether the parties compute the next exchange while the server decodes one.
 PIPELINE = True
 #: Values the streaming median keeps before it counts them in a window, and
 #: the widest window it counts every integer of.
 MEDIAN_SAMPLE = 2**22
-MEDIAN_WINDOW = 2**23
+MEDIAN_WINDOW = 2**22
 
 
 def _spread_order(n_items):
