@@ -35,6 +35,7 @@ from .federation import (
     progress,
 )
 from .partition import IIDPartition
+from .secure._moments import SumChannel, pooled_moments
 
 __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
 
@@ -126,7 +127,7 @@ class _FederatedTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimato
                 name=type(self).__name__,
                 private_entropy=private_entropy(random_state),
             )
-            self._protocol(runtime)
+            self._protocol(runtime, random_state)
         self.n_clients_ = federation.n_clients
         self.communication_ = runtime.ledger.report()
         return self
@@ -220,12 +221,16 @@ class _FeatureRange(Options):
 class FederatedStandardScaler(_FederatedTransformer):
     """Standardize features with the global mean and variance, learnt from client aggregates.
 
-    Each client sends its row count, per-feature mean and sum of squared
-    deviations (``1 + 2 d`` numbers); the server combines them exactly into
-    the global mean and variance and broadcasts them (``2 d`` numbers per
-    client). The result equals scikit-learn's
-    :class:`~sklearn.preprocessing.StandardScaler` fitted on the pooled rows,
-    which a real federation does not have. One round.
+    The server learns the pooled mean and variance from secure sums (see
+    :func:`~skfedclust.secure.pooled_moments`: a bound on the rows, the column
+    sums and counts, a bound on the deviations from that first mean, and the
+    sums of the deviations and their squares; eight rounds and one set-up
+    round, and the server learns no client's statistics) and broadcasts them
+    (``2 d`` numbers per client). With ``secure_aggregation=False`` each client
+    sends its row count, per-feature mean and sum of squared deviations in the
+    clear instead (``1 + 2 d`` numbers, one round). The result equals
+    scikit-learn's :class:`~sklearn.preprocessing.StandardScaler` fitted on
+    the pooled rows, which a real federation does not have.
 
     Read more in the :ref:`User Guide <federated_preprocessing>`.
 
@@ -235,6 +240,9 @@ class FederatedStandardScaler(_FederatedTransformer):
         Center the data.
     with_std : bool, default=True
         Scale to unit variance (a constant feature is left unscaled).
+    secure_aggregation : bool, default=True
+        Add the clients' sums by secure aggregation; ``False`` sends every
+        client's own statistics to the server.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X`` without ``client_ids``;
         ``None`` gives two IID clients (the statistics do not depend on it).
@@ -274,6 +282,7 @@ class FederatedStandardScaler(_FederatedTransformer):
         **_FederatedTransformer._parameter_constraints,
         "with_mean": ["boolean"],
         "with_std": ["boolean"],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -281,6 +290,7 @@ class FederatedStandardScaler(_FederatedTransformer):
         *,
         with_mean=True,
         with_std=True,
+        secure_aggregation=True,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -288,15 +298,22 @@ class FederatedStandardScaler(_FederatedTransformer):
     ):
         self.with_mean = with_mean
         self.with_std = with_std
+        self.secure_aggregation = secure_aggregation
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
 
-    def _protocol(self, runtime):
-        runtime.stage("clients: row count, mean and squared deviations")
-        moments = runtime.run(client_moments, tag="moments")
-        mean, var, n = runtime.server(combine_moments, moments)
+    def _protocol(self, runtime, random_state):
+        if self.secure_aggregation:
+            channel = SumChannel(
+                runtime, secure=True, seed=int(random_state.randint(np.iinfo(np.int32).max))
+            )
+            n, mean, var, _ = pooled_moments(channel)
+        else:
+            runtime.stage("clients: row count, mean and squared deviations")
+            moments = runtime.run(client_moments, tag="moments")
+            mean, var, n = runtime.server(combine_moments, moments)
         scale = np.sqrt(var)
         scale[scale == 0] = 1.0
         self.mean_, self.var_, self.scale_, self.n_samples_seen_ = mean, var, scale, n
@@ -392,7 +409,9 @@ class FederatedMinMaxScaler(_FederatedTransformer):
         self.random_state = random_state
         self.verbose = verbose
 
-    def _protocol(self, runtime):
+    def _protocol(self, runtime, random_state):
+        # A minimum and a maximum are not sums: each client's range goes to
+        # the server in the clear (what the server learns, the docstring says).
         low, high = (float(v) for v in self.feature_range)
         runtime.stage("clients: per-feature minimum and maximum")
         ranges = runtime.run(client_range, tag="feature ranges")

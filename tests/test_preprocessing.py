@@ -1,5 +1,7 @@
 """Federated scalers: pooled-equivalent statistics from client aggregates, any input form."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from sklearn import config_context
@@ -56,15 +58,47 @@ def test_min_max_scaler_equals_pooled():
 def test_bytes_and_rounds():
     _, _, clients = _clients()
     d = 3
-    std = FederatedStandardScaler().fit(clients).communication_
-    # Up: a count (8 bytes) and two d-vectors per client; down: mean and scale.
-    assert (std["rounds"], std["bytes_up"], std["bytes_down"]) == (
+    clear = FederatedStandardScaler(secure_aggregation=False).fit(clients).communication_
+    # In the clear, up: a count (8 bytes) and two d-vectors per client; down: mean and scale.
+    assert (clear["rounds"], clear["bytes_up"], clear["bytes_down"]) == (
         1,
         3 * (8 + 2 * d * 8),
         3 * 2 * d * 8,
     )
+    secure = FederatedStandardScaler().fit(clients).communication_
+    # Secure: four sums of two exchanges each (two bounds, two moment sums), one set-up.
+    assert (secure["rounds"], secure["setup_rounds"]) == (8, 1)
+    assert secure["bytes_peer"] > 0
     mm = FederatedMinMaxScaler().fit(clients).communication_
     assert (mm["bytes_up"], mm["bytes_down"]) == (3 * 2 * d * 8, 3 * 2 * d * 8)
+
+
+def test_secure_scaler_equals_the_clear_one_and_the_server_gets_no_clients_moments():
+    from skfedclust.secure._secure_sum import TAG_UPLOAD
+    from skfedclust.utils.protocol_checks import recording_runtime
+
+    _, _, clients = _clients()
+    clients = [c * [1.0, 1e-6, 1e6] + 1.7e9 for c in clients]
+    clear = FederatedStandardScaler(secure_aggregation=False).fit(clients)
+    with recording_runtime() as runtimes:
+        secure = FederatedStandardScaler().fit(clients)
+    np.testing.assert_allclose(secure.mean_, clear.mean_, rtol=1e-15)
+    # The exact variance, in rationals: a feature a million times narrower than
+    # the offset keeps its digits (more of them than numpy's own var keeps).
+    pooled = np.vstack(clients)
+    for j in range(pooled.shape[1]):
+        column = [Fraction(float(v)) for v in pooled[:, j]]
+        mean = sum(column) / len(column)
+        exact = float(sum((c - mean) ** 2 for c in column) / len(column))
+        assert secure.var_[j] == pytest.approx(exact, rel=1e-12)
+        assert clear.var_[j] == pytest.approx(exact, rel=1e-3)
+    # Every upload is a masked vector: no client's own sums or counts among them.
+    uploads = [r for r in runtimes[-1].received if r.tag == TAG_UPLOAD]
+    own = [np.append(c.sum(axis=0), len(c)) for c in clients]
+    for received in uploads:
+        for masked, _ in received.values():
+            for vector in own:
+                assert not np.isin(vector, np.asarray(masked).view(np.int64)).any()
 
 
 def test_pipeline_with_a_list_of_clients():

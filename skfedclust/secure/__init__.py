@@ -53,6 +53,7 @@ from ._lcc import (
     quantize,
     server_decoding_weights,
 )
+from ._moments import SumChannel, pooled_moments
 from ._secure_sum import (
     MERSENNE_127,
     SecureAggregator,
@@ -77,6 +78,8 @@ __all__ = [
     "MERSENNE_127",
     "SecureAggregator",
     "SecureSumError",
+    "SumChannel",
+    "pooled_moments",
     "agree_bound",
     "default_degree",
     "fixed_point_shift",

@@ -64,6 +64,7 @@ __all__ = [
     "MERSENNE_127",
     "SecureAggregator",
     "agree_bound",
+    "agree_column_bounds",
     "SecureSumError",
     "decode_sum",
     "default_degree",
@@ -204,6 +205,19 @@ def fixed_point_shift(bound, n_clients):
     return 62 - int(n_clients).bit_length() - exponent
 
 
+def _entry_shifts(shift, shape):
+    """One shift per entry of an array of ``shape`` (flattened), from a shared or per-entry one.
+
+    A per-entry shift (a list) covers the last axis and repeats over the
+    others: bounds per feature of a matrix of per-feature sums.
+    """
+    size = int(np.prod(shape, dtype=np.int64))
+    shift = np.asarray(shift, dtype=np.int64)
+    if shift.ndim == 0:
+        return np.full(size, int(shift), dtype=np.int64)
+    return np.broadcast_to(shift, shape).ravel() if len(shape) else shift.ravel()
+
+
 # --------------------------------------------------------------------------- #
 # Client steps
 # --------------------------------------------------------------------------- #
@@ -245,12 +259,14 @@ def _encode(arrays, spec, shifts, n_clients, who):
         values = np.asarray(array, dtype=np.float64).ravel()
         if not np.all(np.isfinite(values)):
             raise ValueError(f"{who}: component {k} of the secure sum is not finite")
+        shift = _entry_shifts(shift, np.shape(array))
         scaled = np.rint(np.ldexp(values, shift))
         if scaled.size and np.abs(scaled).max() >= limit:
+            worst = int(np.argmax(np.abs(scaled)))
             raise ValueError(
                 f"{who}: component {k} of the secure sum exceeds its public bound "
-                f"(|x| up to {np.abs(values).max():.6g}, encoded at 2**{shift}): refusing to "
-                "upload rather than wrap around"
+                f"(|x| = {abs(values[worst]):.6g} at entry {worst}, encoded at "
+                f"2**{int(shift[worst])}): refusing to upload rather than wrap around"
             )
         pieces.append(scaled.astype(np.int64))
     flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
@@ -462,7 +478,11 @@ def decode_sum(total, spec, shifts):
     for leaf, shift in zip(_leaves(spec), shifts):
         size = int(np.prod(leaf[1], dtype=np.int64))
         part = signed[position : position + size]
-        parts.append(part.copy() if leaf[2] == "int" else np.ldexp(part.astype(np.float64), -shift))
+        if leaf[2] == "int":
+            parts.append(part.copy())
+        else:
+            shift = _entry_shifts(shift, tuple(leaf[1]))
+            parts.append(np.ldexp(part.astype(np.float64), -shift))
         position += size
     return _rebuild_parts(spec, parts)[0]
 
@@ -583,7 +603,14 @@ class SecureAggregator:
         if bounds is not None:
             bounds = [bounds] if isinstance(bounds, numbers.Real) else list(bounds)
             # None: an integer component, summed exactly.
-            shifts = [0 if b is None else fixed_point_shift(b, len(participants)) for b in bounds]
+            shifts = [
+                0
+                if b is None
+                else fixed_point_shift(b, len(participants))
+                if np.ndim(b) == 0
+                else [fixed_point_shift(v, len(participants)) for v in np.ravel(b)]
+                for b in bounds
+            ]
         runtime.stage(f"secure sum {tag!r}: masked vectors up")
         uploads = runtime.run(
             secure_sum_upload_step,
@@ -731,3 +758,70 @@ def agree_bound(aggregator, step, *, tag, clients=None, coarseness=1, **public):
     if top <= _MIN_EXPONENT:
         return 0.0
     return math.ldexp(1.0, min(top, 1024 - 1)) * (2.0 if top >= 1024 else 1.0)
+
+
+def column_exponent_histogram_step(
+    data, inbox, state, party, *, inner, inner_public, top, window, coarseness
+):
+    """Client step: per column, a one-hot of how far below ``2**top`` its largest ``|x|`` is.
+
+    The distance ``top - e`` (``e`` the binary exponent of the column's largest
+    entry) is clipped to ``[0, window - 1]`` and grouped by ``coarseness``.
+    """
+    from ..federation._runtime import resolve_client_step
+
+    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
+    values = np.abs(np.asarray(reply.send, dtype=np.float64))
+    values = values.reshape(-1, values.shape[-1]) if values.ndim else values.reshape(1, 1)
+    largest = values.max(axis=0) if values.shape[0] else np.zeros(values.shape[1])
+    if not np.all(np.isfinite(largest)):
+        raise ValueError(f"client {party.index}: the values to bound are not finite")
+    _, exponents = np.frexp(largest)
+    below = np.where(largest > 0, top - exponents, window - 1)
+    if np.any(below < 0):
+        raise ValueError(
+            f"client {party.index}: values reach beyond the agreed bound 2**{top}: refusing"
+        )
+    bins = np.minimum(below, window - 1) // coarseness
+    n_bins = -(-window // coarseness)
+    onehot = np.zeros((largest.size, n_bins), dtype=np.int64)
+    onehot[np.arange(largest.size), bins] = 1
+    return Reply(send=onehot, keep=reply.keep, output=reply.output)
+
+
+def agree_column_bounds(
+    aggregator, step, *, tag, bound, window=64, coarseness=4, clients=None, **public
+):
+    """Public per-column bounds on what ``step`` sends, below an agreed overall ``bound``.
+
+    The overall bound (a power of two from :func:`agree_bound`) serves the
+    column with the largest entries; a column whose entries are far smaller
+    gets its own, so its sums keep their precision in fixed point. Each client
+    adds, per column, a one-hot of how many binary orders (grouped by
+    ``coarseness``, at most ``window``) its largest entry lies below the
+    overall bound; the server learns those histograms, not whose they are.
+
+    Returns
+    -------
+    bounds : ndarray of shape (n_columns,)
+        Powers of two, each not below any client's largest entry of its column
+        (columns more than ``window`` orders below the overall bound get
+        ``bound * 2**-(window - coarseness)`` or so: they lose precision).
+    """
+    from ..federation._runtime import client_step_name
+
+    top = math.frexp(float(bound))[1] - 1 if bound > 0 else _MIN_EXPONENT
+    histogram, _ = aggregator.sum(
+        column_exponent_histogram_step,
+        tag=tag,
+        clients=clients,
+        inner=client_step_name(step),
+        inner_public=public,
+        top=int(top),
+        window=int(window),
+        coarseness=int(coarseness),
+    )
+    histogram = np.asarray(histogram)
+    # The smallest distance any client has below the top: its bin's lower edge.
+    nearest = np.array([np.flatnonzero(row).min() for row in histogram])
+    return np.ldexp(1.0, top - nearest * coarseness)
