@@ -776,6 +776,11 @@ class OmniFCClustering(BaseFederatedClustering):
         no data, so fewer than ``2 l + 2 t - 1`` data holders can run the
         protocol. ``None`` (or a value not above the number of clients) uses
         the data clients only.
+    keep_dissimilarity : bool, default=False
+        Also keep the dense ``D`` as ``dissimilarity_matrix_`` when the
+        clusterer streams (the default spectral clusterer, DBSCAN), which then
+        costs ``8 n**2`` bytes again; meant for small ``n``. The other
+        clusterers always keep it (they need it).
     n_jobs : int, default=None
         Parallel workers for the client steps and the streamed distance blocks.
     random_state : int, RandomState instance or None, default=None
@@ -790,7 +795,10 @@ class OmniFCClustering(BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Cluster of each input row (``-1`` is DBSCAN noise).
     dissimilarity_matrix_ : ndarray of shape (n_samples, n_samples)
-        Decoded squared Euclidean distances of the quantized rows, input-row order.
+        Decoded squared Euclidean distances of the quantized rows, input-row
+        order. Not set when the clusterer streams the distances into a
+        neighbour graph (the default spectral clusterer, DBSCAN) unless
+        ``keep_dissimilarity=True``.
     clusterer_ : estimator or None
         The fitted centralized clusterer; None when the data have fewer
         distinct rows than ``n_clusters`` (every group of identical rows is
@@ -842,11 +850,17 @@ class OmniFCClustering(BaseFederatedClustering):
     algorithm has one; ``clusterer_`` is then fitted on the distinct rows),
     and DBSCAN and the linkages keep such rows together on their own.
 
-    Every dense ``n x n`` allocation is checked against the available memory
-    first (:func:`~skfedclust.clusterers._memory.check_dense_memory`): a too large
+    The default spectral clusterer (on its k-nearest-neighbour graph) and
+    DBSCAN never hold ``D``: the server decodes it tile by tile and keeps,
+    per row, only the nearest rows (ties to the lowest row) or the rows
+    within ``eps``, the groups of identical rows and the exact median of the
+    distances, in ``O(n k)`` memory plus the current tiles; the labels are
+    those of the same clusterer on the dense ``D``. The other clusterers
+    need all of ``D``. Either way the estimated peak is checked against the
+    available memory first
+    (:func:`~skfedclust.clusterers._memory.check_dense_memory`): a too large
     ``n`` raises a :class:`MemoryError` (also a :class:`ValueError`) that
-    says how much is needed. The default spectral clusterer holds about 1.5
-    copies of ``D`` at its peak.
+    says how much is needed and names the streaming clusterers.
 
     Progress goes to the ``skfedclust`` logger: ``verbose=1`` prints the
     protocol stages, ``verbose=2`` also one line per block of the long
