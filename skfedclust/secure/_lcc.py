@@ -29,10 +29,15 @@ every party for a few groups of tiles in turn (exchanges that count as one
 round), each party computes them from the shares it holds and sends them as
 centred int32 residues, and the server decodes every exchange tile by tile, folding
 each party's tile into its weighted sum while it is in cache, before asking
-for the next. No party's full matrix is ever held by the server, and no
-share ever reaches it. Every number is an exact integer, so the result does
-not depend on the partition, the noise, the parameters ``(m, l, t)``, the
-surviving parties or ``n_jobs``.
+for the next; the parties compute the next exchange while the server
+decodes one. What the server keeps of the decoded tiles is a sink: the dense
+matrix (:class:`DenseSink`), or per row only what a neighbour-graph
+clusterer needs (:class:`NeighbourSink`: the nearest rows, the rows within a
+radius, identical rows, the exact median), in ``O(n k)`` memory. No party's
+full matrix is ever held by the server, and no share ever reaches it. Every
+number is an exact integer, so the result does not depend on the partition,
+the noise, the parameters ``(m, l, t)``, the surviving parties or
+``n_jobs``.
 """
 
 from __future__ import annotations
