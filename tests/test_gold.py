@@ -5,7 +5,9 @@ with what the estimator did, so a change to that step fails the test.
 """
 
 import copy
+import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -54,6 +56,12 @@ def server_rng(monkeypatch):
     return seen
 
 
+def _micro_centroids(runtime):
+    """The upload of the micro-centroids (after any standardization exchanges)."""
+    (upload,) = [r for r in runtime.received if r.tag == "micro-centroids"]
+    return upload
+
+
 def _fit_recorded(est, X, **fit_params):
     with recording_runtime() as runtimes:
         est.fit(X, **fit_params)
@@ -91,7 +99,7 @@ def test_standardization_uses_pooled_moments_and_clients_zscore_before_fcpl():
     pooled = np.vstack(clients)
     np.testing.assert_allclose(est.mean_, pooled.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(est.scale_, pooled.std(axis=0), rtol=1e-12)
-    uploads = runtime.received[1].list()
+    uploads = _micro_centroids(runtime).list()
     for i, Xi in enumerate(clients):
         expected = fine_grained_cpl((Xi - est.mean_) / est.scale_, random_state=runtime.seeds[i])
         np.testing.assert_array_equal(uploads[i][0], expected.centers)
@@ -109,7 +117,7 @@ def test_without_standardization_clients_run_fcpl_on_their_raw_rows():
     assert all(t.startswith("secure sum") for t in tags[1:]) and len(tags) == 6
     for i, Xi in enumerate(clients):
         expected = fine_grained_cpl(Xi, random_state=runtime.seeds[i])
-        np.testing.assert_array_equal(runtime.received[0][i][0], expected.centers)
+        np.testing.assert_array_equal(_micro_centroids(runtime)[i][0], expected.centers)
 
 
 def test_standardization_changes_the_result_on_badly_scaled_features():
@@ -147,7 +155,7 @@ def test_each_client_uploads_its_fcpl_micro_centroids_once(local_init):
             max_iter=12,
             random_state=runtime.seeds[i],
         )
-        np.testing.assert_array_equal(runtime.received[0][i][0], local.centers)
+        np.testing.assert_array_equal(_micro_centroids(runtime)[i][0], local.centers)
         np.testing.assert_array_equal(est.local_centers_[i], local.centers)
         assert est.n_local_clusters_[i] == local.n_clusters
         state = runtime.private_states()[i]
@@ -274,7 +282,9 @@ def test_refinement_is_weighted_kmeans_from_remcs_partition(server_rng, monkeypa
     runtime = _fit_recorded(est, clients)
     T = server_rng["centers"]
     sizes = np.concatenate([runtime.private_states()[i]["micro_sizes"] for i in range(4)])
-    np.testing.assert_array_equal(np.concatenate([u[2] for u in runtime.received[1].list()]), sizes)
+    np.testing.assert_array_equal(
+        np.concatenate([u[2] for u in _micro_centroids(runtime).list()]), sizes
+    )
     C = est._centers_fitted
     q = est.server_labels_
     # A fixed point of weighted k-means: nearest prototype, prototypes = weighted means.
@@ -337,15 +347,16 @@ def test_each_client_gets_its_micro_cluster_labels_and_relabels_its_rows():
 def test_protocol_rounds_and_bytes(standardize):
     clients, _ = _clients(n=300, k=3, d=3, m=5)
     m, d = len(clients), 3
-    est = GOLDClustering(3, standardize=standardize, random_state=0)
+    est = GOLDClustering(3, standardize=standardize, secure_aggregation=False, random_state=0)
 
     def k_total(runtime):
         return int(est.n_local_clusters_.sum())
 
     # Micro-centroids: sum k_i x d float64 up, with each client's CPL pass
-    # count (one int64); their labels: sum k_i int64 down. Pre-round: a count,
-    # a mean and squared deviations up (8 + 16 d), mean and scale down. Then
-    # the k x d float64 prototypes down, with the inertia's secure sums.
+    # count (one int64); their labels: sum k_i int64 down. Pre-round in the
+    # clear: a count, a mean and squared deviations up (8 + 16 d), mean and
+    # scale down. Then the k x d float64 prototypes down, with the inertia's
+    # secure sums.
     inertia = inertia_cost(m)
     check_protocol(
         est,
@@ -662,3 +673,30 @@ def test_defaults_beat_the_papers_settings_on_iid_clients():
     assert np.mean(defaults) > 0.7
     assert np.mean(defaults) > np.mean(paper) + 0.1
     assert np.std(defaults) < np.std(paper)
+
+
+def test_secure_standardization_is_the_clear_one_and_costs_eight_rounds():
+    clients, _ = _clients(n=300, k=3, d=3, m=5)
+    clients = [c * [1.0, 1e3, 1e-3] + 1.7e9 for c in clients]
+    clear = GOLDClustering(3, secure_aggregation=False, random_state=0).fit(clients)
+    secure = GOLDClustering(3, random_state=0)
+    runtime = _fit_recorded(secure, clients)
+    pooled = np.vstack(clients)
+    np.testing.assert_allclose(secure.mean_, pooled.mean(axis=0), rtol=1e-15)
+    for j in range(pooled.shape[1]):
+        # The exact standard deviation, in rationals (numpy's own loses digits
+        # of the narrow feature 1.7e9 from the origin).
+        column = [Fraction(float(v)) for v in pooled[:, j]]
+        mean = sum(column) / len(column)
+        exact = math.sqrt(sum((c - mean) ** 2 for c in column) / len(column))
+        assert secure.scale_[j] == pytest.approx(exact, rel=1e-12)
+    # The same partition (the secure path draws one more public seed, so the
+    # server's later draws, and the cluster numbers, may differ).
+    assert adjusted_rand_score(secure.labels_, clear.labels_) == 1.0
+    comm = secure.communication_
+    assert comm["rounds"] - clear.communication_["rounds"] == 7
+    assert comm["setup_rounds"] == 1
+    # No client's own count, mean or deviations reach a server step: the
+    # standardization's uploads are masked vectors.
+    tags = {r.tag for r in runtime.received}
+    assert "moments" not in tags and "secure sum: masked vectors" in tags

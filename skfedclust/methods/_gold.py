@@ -43,6 +43,7 @@ from ..clusterers._remc import remc
 from ..federation import Reply
 from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
+from ..secure import SumChannel, pooled_moments
 from ._base import BaseFederatedClustering
 from ._centroid_steps import inertia_message, pooled_inertia, secure_inertia
 
@@ -529,11 +530,16 @@ class GOLDClustering(BaseFederatedClustering):
         implicitly).
     standardize : bool, default=True
         Z-score every feature with the pooled mean and standard deviation,
-        computed from the clients' counts, means and sums of squared
-        deviations in a pre-round (one more round, ``8 + 16 d`` bytes up and
-        ``16 d`` down per client). CPL's similarity has a fixed unit bandwidth,
-        so it needs standardized features. ``False`` is the strict one-shot
-        protocol of the paper, for data already on a unit scale.
+        learnt in pre-rounds: by secure sums (``secure_aggregation=True``,
+        :func:`~skfedclust.secure.pooled_moments`: eight rounds and a set-up
+        round, the server learns only the pooled moments) or from each
+        client's count, means and sums of squared deviations in the clear (one
+        round, ``8 + 16 d`` bytes up per client). ``16 d`` bytes down per
+        client either way. CPL's similarity has a fixed unit bandwidth, so it
+        needs standardized features. ``False`` is the strict one-shot protocol
+        of the paper, for data already on a unit scale.
+    secure_aggregation : bool, default=True
+        Learn the standardization by secure sums (see ``standardize``).
     n_jobs : int, default=None
         Number of parallel client workers (joblib).
     random_state : int, RandomState instance or None, default=None
@@ -630,8 +636,8 @@ class GOLDClustering(BaseFederatedClustering):
     >>> gold = GOLDClustering(n_clusters=3, remc_n_init=10, random_state=0).fit(X)
     >>> gold.cluster_centers_.shape, gold.n_clients_
     ((3, 2), 8)
-    >>> gold.communication_["rounds"]  # standardization, one upload, 4 for inertia_
-    6
+    >>> gold.communication_["rounds"]  # standardization by secure sums, one upload
+    9
     """
 
     _parameter_constraints: dict = {
@@ -657,6 +663,7 @@ class GOLDClustering(BaseFederatedClustering):
         "refine_n_init": [Interval(numbers.Integral, 0, None, closed="left")],
         "visit_order": [StrOptions({"canonical", "storage"})],
         "standardize": ["boolean"],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -677,6 +684,7 @@ class GOLDClustering(BaseFederatedClustering):
         refine_n_init=10,
         visit_order="canonical",
         standardize=True,
+        secure_aggregation=True,
         n_jobs=None,
         random_state=None,
         verbose=0,
@@ -696,6 +704,7 @@ class GOLDClustering(BaseFederatedClustering):
         self.refine_n_init = refine_n_init
         self.visit_order = visit_order
         self.standardize = standardize
+        self.secure_aggregation = secure_aggregation
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
@@ -709,10 +718,15 @@ class GOLDClustering(BaseFederatedClustering):
         return max(self.n_clusters or 1, 2)
 
     # -- protocol ----------------------------------------------------------------
-    def _standardization_round(self, runtime):
-        runtime.stage("client step: counts, means and squared deviations (standardization)")
-        moments = runtime.run(client_moments, tag="moments")
-        mean, variance, _ = runtime.server(combine_moments, moments)
+    def _standardization_round(self, runtime, random_state):
+        if self.secure_aggregation:
+            seed = int(random_state.randint(np.iinfo(np.int32).max))
+            channel = SumChannel(runtime, secure=True, seed=seed)
+            _, mean, variance, _ = pooled_moments(channel, tag="standardization")
+        else:
+            runtime.stage("client step: counts, means and squared deviations (standardization)")
+            moments = runtime.run(client_moments, tag="moments")
+            mean, variance, _ = runtime.server(combine_moments, moments)
         scale = np.sqrt(variance)
         # A constant feature keeps its (zero) deviations, as StandardScaler does.
         scale[scale == 0] = 1.0
@@ -730,7 +744,7 @@ class GOLDClustering(BaseFederatedClustering):
             )
         mean = scale = None
         if self.standardize:
-            mean, scale = self._standardization_round(runtime)
+            mean, scale = self._standardization_round(runtime, random_state)
         runtime.stage("client step: FCPL micro-clusters on each client")
         # One public seed for every client's FCPL: with the canonical visiting
         # order a client's micro-clusters then depend on its rows only, not on
