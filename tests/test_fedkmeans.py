@@ -110,6 +110,90 @@ def test_an_array_init_of_the_wrong_shape_is_refused():
 
 
 # --------------------------------------------------------------------------- #
+# The fused Lloyd pass of a client
+# --------------------------------------------------------------------------- #
+def _pass_cases():
+    rng = np.random.default_rng(0)
+    X = _data(1000, k=5, d=4)  # four chunks, the last one partial
+    yield X, X[[0, 1, 2, 3, 5]], None
+    yield X + 1.7e9, X[[0, 1, 2, 3, 5]] + 1.7e9, rng.integers(0, 5, len(X))
+    yield X * 1e-12 + 3.0, X[:5] * 1e-12 + 3.0, None
+    yield X * 1e200, X[:5] * 1e200, None
+    # Rows far beyond the centers' spread: the pass hands over to nearest_center.
+    far = X.copy()
+    far[7] = 1e300
+    yield far, X[:5], None
+    # Centers that coincide: no frame of their own, nearest_center again.
+    yield X, np.repeat(X[:1], 3, axis=0), None
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_the_fused_pass_gives_the_statistics_of_nearest_center(case):
+    X, centers, previous = list(_pass_cases())[case]
+    labels, sums, counts, inertia, changed = fedkmeans.lloyd_pass(X, centers, previous)
+    expected = nearest_center(X, centers)
+    np.testing.assert_array_equal(labels, expected)
+    k = len(centers)
+    np.testing.assert_array_equal(counts, np.bincount(expected, minlength=k))
+    deviations = X - centers[expected]
+    for j in range(k):
+        # Deviations added in row order: the floats of any sequential sum.
+        total = np.zeros(X.shape[1])
+        for row in deviations[expected == j]:
+            total = total + row
+        np.testing.assert_array_equal(sums[j], total)
+        with np.errstate(over="ignore"):  # inf at 1e200, on both sides
+            squares = (deviations[expected == j] ** 2).sum()
+        np.testing.assert_allclose(inertia[j], squares, rtol=1e-12)
+    assert changed == (len(X) if previous is None else np.count_nonzero(previous != expected))
+
+
+def test_the_fused_pass_breaks_ties_towards_the_lowest_index():
+    centers = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [1.0, 5.0]]) + 1.7e9
+    X = np.array([[1.0, 0.0], [1.0, -3.0], [0.0, 0.0], [2.0, 0.0]]) + 1.7e9
+    labels = fedkmeans.lloyd_pass(X, centers)[0]
+    np.testing.assert_array_equal(labels, [0, 0, 0, 1])
+
+
+def test_the_pass_loops_run_uncompiled_as_compiled():
+    # The Python source of the compiled pass, run as Python: the same statistics.
+    X = _data(600, k=4, d=3) + 1.7e9
+    centers = X[:4].copy()
+    previous = np.zeros(len(X), dtype=np.intp)
+    reference, _ = fedkmeans.normalized_frame(centers)
+    factor = 2.0 ** -int(np.frexp(np.abs(centers - reference).max())[1])
+    outputs = []
+    for kernel in (fedkmeans._lloyd_pass_loops, fedkmeans._lloyd_pass_compiled):
+        out = (np.empty(len(X), dtype=np.intp), np.zeros((4, 3)), np.zeros(4, np.int64))
+        squares = np.zeros((4, 3))
+        changed = kernel(X, centers, reference, factor, previous, *out, squares)
+        outputs.append((changed, *out, squares))
+    for a, b in zip(*outputs):
+        np.testing.assert_array_equal(a, b)
+    assert outputs[0][0] == np.count_nonzero(nearest_center(X, centers))
+    # A row beyond the headroom of the centers' frame: handed over.
+    X[5] = 1e300
+    assert (
+        fedkmeans._lloyd_pass_compiled(X, centers, reference, factor, previous, *out, squares) < 0
+    )
+
+
+def test_fits_do_not_depend_on_n_jobs_or_backend():
+    from joblib import parallel_config
+
+    X = _data(3000, k=6, d=5)
+    params = dict(init=X[:6], max_iter=20, tol=0, partition=5, random_state=0)
+    ref = FederatedKMeans(6, **params).fit(X)
+    fits = [FederatedKMeans(6, n_jobs=2, **params).fit(X)]
+    with parallel_config(backend="loky"):
+        fits.append(FederatedKMeans(6, n_jobs=2, **params).fit(X))
+    for fit in fits:
+        np.testing.assert_array_equal(fit.cluster_centers_, ref.cluster_centers_)
+        np.testing.assert_array_equal(fit.labels_, ref.labels_)
+        assert fit.inertia_ == ref.inertia_
+
+
+# --------------------------------------------------------------------------- #
 # What crosses the wire
 # --------------------------------------------------------------------------- #
 def test_with_secure_sums_the_server_receives_only_masked_vectors():

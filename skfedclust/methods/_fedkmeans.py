@@ -15,16 +15,22 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import parallel_config
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..clusterers import nearest_center, squared_distances
+from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
 from ..federation._inputs import input_form
 from ..secure import SecureAggregator, agree_bound
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._kfed import kfed_local_centers, kfed_server_step
+
+try:  # the fused Lloyd pass runs compiled, without the GIL
+    import numba
+except ImportError:  # pragma: no cover - exercised only without numba
+    numba = None
 
 __all__ = ["FederatedKMeans"]
 
@@ -74,6 +80,149 @@ def _cluster_sums(values, labels, n_clusters):
     return np.asarray(onehot @ values)
 
 
+def _lloyd_pass_numpy(data, centers, previous):
+    """One Lloyd pass in NumPy: labels, deviation sums, counts, inertia, changed labels."""
+    k = centers.shape[0]
+    labels = nearest_center(data, centers)
+    deviations = data - centers[labels]
+    sums = _cluster_sums(deviations, labels, k)
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    inertia = np.bincount(
+        labels, weights=np.einsum("ij,ij->i", deviations, deviations), minlength=k
+    )
+    changed = data.shape[0] if previous is None else np.count_nonzero(previous != labels)
+    return labels, sums, counts, inertia, int(changed)
+
+
+#: Rows scored per BLAS product in the compiled pass (scikit-learn's chunk):
+#: the chunk stays in cache while its rows are labelled and added up.
+_CHUNK = 256
+#: Rows may lie up to ``2**_HEADROOM`` times farther from the centers' midpoint
+#: than the centers before the compiled pass hands over to ``nearest_center``
+#: (which then scales by the rows); the same threshold as ``nearest_center``.
+_HEADROOM = 500
+
+
+def _lloyd_pass_loops(data, centers, reference, factor, previous, labels, sums, counts, squares):
+    """One Lloyd pass over the rows, fused, in the frame of ``nearest_center``.
+
+    Rows and centers are translated to ``reference`` and scaled by the power
+    of two ``factor``; a row goes to the center of least ``||c||^2/2 - x.c``
+    (ties to the lowest index), scored a chunk at a time by one BLAS product.
+    In the same pass, while the chunk is in cache, each row's deviation from
+    its center (in the data's units, so a large offset costs no precision) is
+    added to its cluster's sums and squares, in row order. Returns the number
+    of rows whose label differs from ``previous`` (every row if
+    ``previous[0] < 0``), or -1 when a translated row is not finite or lies
+    beyond the headroom: the caller then labels the rows by
+    ``nearest_center``, which rescales by the rows.
+    """
+    n, d = data.shape
+    k = centers.shape[0]
+    scaled = np.empty((d, k))
+    half = np.zeros(k)
+    for c in range(k):
+        for j in range(d):
+            v = (centers[c, j] - reference[j]) * factor
+            scaled[j, c] = v
+            half[c] += v * v
+    for c in range(k):
+        half[c] *= 0.5
+    limit = 2.0**_HEADROOM
+    rows = np.empty((_CHUNK, d))
+    scores = np.empty((_CHUNK, k))
+    fresh = n > 0 and previous[0] < 0
+    changed = 0
+    for start in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - start)
+        within = True
+        for i in range(m):
+            for j in range(d):
+                v = (data[start + i, j] - reference[j]) * factor
+                rows[i, j] = v
+                # False for NaN too.
+                within &= abs(v) < limit
+        if not within:
+            return -1
+        if m == _CHUNK:
+            np.dot(rows, scaled, scores)
+        else:
+            scores[:m] = np.dot(rows[:m], scaled)
+        for i in range(m):
+            best = 0
+            low = half[0] - scores[i, 0]
+            for c in range(1, k):
+                s = half[c] - scores[i, c]
+                if s < low:
+                    low = s
+                    best = c
+            labels[start + i] = best
+            if fresh or previous[start + i] != best:
+                changed += 1
+            counts[best] += 1
+            for j in range(d):
+                deviation = data[start + i, j] - centers[best, j]
+                sums[best, j] += deviation
+                squares[best, j] += deviation * deviation
+    return changed
+
+
+if numba is not None:
+    # nogil: clients run side by side on threads.
+    _lloyd_pass_compiled = numba.njit(cache=True, nogil=True)(_lloyd_pass_loops)
+else:  # pragma: no cover - exercised only without numba
+    _lloyd_pass_compiled = None
+
+
+def lloyd_pass(data, centers, previous=None):
+    """Labels and per-cluster statistics of one Lloyd iteration on a client's rows.
+
+    Parameters
+    ----------
+    data : ndarray of shape (n_samples, n_features)
+    centers : ndarray of shape (n_clusters, n_features)
+    previous : ndarray of shape (n_samples,) or None
+        The labels of the last iteration (``None``: every row counts as changed).
+
+    Returns
+    -------
+    labels : ndarray of shape (n_samples,)
+        Nearest center of each row (ties to the lowest index), as
+        :func:`~skfedclust.clusterers.nearest_center`.
+    sums : ndarray of shape (n_clusters, n_features)
+        Per cluster, the sum of its rows' deviations from its center.
+    counts : ndarray of shape (n_clusters,)
+    inertia : ndarray of shape (n_clusters,)
+        Per cluster, the sum of its rows' squared distances to its center.
+    changed : int
+        Rows whose label differs from ``previous``.
+    """
+    data = np.ascontiguousarray(data, dtype=np.float64)
+    centers = np.ascontiguousarray(centers, dtype=np.float64)
+    n, d = data.shape
+    k = centers.shape[0]
+    if _lloyd_pass_compiled is not None and n and k >= 2:
+        # The frame of nearest_center when the rows lie within the headroom.
+        reference, _ = normalized_frame(centers)
+        with np.errstate(over="ignore", invalid="ignore"):
+            extent = np.abs(centers - reference).max()
+        exponent = int(np.frexp(extent)[1]) if np.isfinite(extent) and extent > 0 else None
+        # A subnormal extent would need a factor beyond the float range.
+        if exponent is not None and exponent > -1000:
+            factor = math.ldexp(1.0, -exponent)
+            labels = np.empty(n, dtype=np.intp)
+            sums = np.zeros((k, d))
+            counts = np.zeros(k, dtype=np.int64)
+            squares = np.zeros((k, d))
+            before = np.full(1, -1, dtype=np.intp) if previous is None else previous
+            changed = _lloyd_pass_compiled(
+                data, centers, reference, factor, before, labels, sums, counts, squares
+            )
+            if changed >= 0:
+                return labels, sums, counts, squares.sum(axis=1), int(changed)
+    return _lloyd_pass_numpy(data, centers, previous)
+
+
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
     """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
 
@@ -83,17 +232,9 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     squared distances, and how many of the client's rows changed cluster
     since its last iteration (all of them the first time).
     """
-    centers = np.asarray(inbox[TAG_CENTERS])
-    k = centers.shape[0]
-    labels = nearest_center(data, centers)
-    deviations = data - centers[labels]
-    sums = _cluster_sums(deviations, labels, k)
-    counts = np.bincount(labels, minlength=k).astype(np.int64)
-    inertia = np.bincount(
-        labels, weights=np.einsum("ij,ij->i", deviations, deviations), minlength=k
+    labels, sums, counts, inertia, changed = lloyd_pass(
+        data, inbox[TAG_CENTERS], state.get(_LABELS)
     )
-    previous = state.get(_LABELS)
-    changed = data.shape[0] if previous is None else np.count_nonzero(previous != labels)
     return Reply(
         send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
         keep={_LABELS: labels},
@@ -584,6 +725,14 @@ class FederatedKMeans(
         return float(total[0])
 
     def _run_protocol(self, runtime, random_state):
+        # Client steps spend their time in the compiled Lloyd pass, which
+        # releases the GIL: threads run clients side by side without copying
+        # their rows to worker processes at every iteration. A backend the
+        # user chose (joblib.parallel_config) still wins.
+        with parallel_config(prefer="threads"):
+            self._protocol(runtime, random_state)
+
+    def _protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
         if self.min_clients is not None and self.min_clients > runtime.n_clients:
             raise ValueError(
@@ -704,6 +853,10 @@ class FederatedKMeans(
         runtime = InProcessRuntime(
             federation, n_jobs=self.n_jobs, name=f"{type(self).__name__}.score"
         )
+        with parallel_config(prefer="threads"):
+            return self._score(runtime)
+
+    def _score(self, runtime):
         adder = _Adder(runtime, secure=self.secure_aggregation, seed=0)
         clients = list(range(runtime.n_clients))
         # The model's centers are public to the holders of X's rows.
