@@ -176,10 +176,13 @@ def test_estimator_runs_on_dask_with_identical_results():
     np.testing.assert_array_equal(est.cluster_centers_, reference.cluster_centers_)
 
 
-def test_client_work_is_single_threaded():
+@pytest.mark.parametrize("backend", [None, "threading", "loky"])
+def test_client_work_is_single_threaded(backend):
+    from joblib import parallel_config
 
-    runtime = InProcessRuntime(_federation())
-    runtime.run(record_threads, tag="threads")
+    runtime = InProcessRuntime(_federation(), n_jobs=None if backend is None else 2)
+    with parallel_config(backend=backend or "sequential"):
+        runtime.run(record_threads, tag="threads")
     for info in _kept(runtime, "threads"):
         assert all(n == 1 for n in info), info
 

@@ -36,7 +36,9 @@ import hashlib
 import importlib
 import inspect
 import logging
+import os
 import sys
+import threading
 import time
 import types
 import weakref
@@ -263,6 +265,12 @@ def client_step_name(step, allowed_modules=None):
     return name
 
 
+@functools.lru_cache(maxsize=1024)
+def _leading_parameters(function):
+    # inspect.signature costs more than the rest of a check made at every step.
+    return list(inspect.signature(function).parameters)[:4]
+
+
 def resolve_client_step(name, allowed_modules=None):
     """The client step called ``name`` (``module:qualname``), if it may run here.
 
@@ -294,7 +302,7 @@ def resolve_client_step(name, allowed_modules=None):
         ) from exc
     if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
         raise PermissionError(f"{name!r} is not a function of the allowed packages")
-    params = list(inspect.signature(obj).parameters)[:4]
+    params = _leading_parameters(obj)
     if params != _STEP_PARAMETERS:
         raise PermissionError(
             f"{name!r} is not a client step: its parameters start with {params}, not "
@@ -337,11 +345,39 @@ def single_threaded():
     return _thread_controller().limit(limits=1)
 
 
+#: Threads inside a runtime's own limit around its map of client steps. Steps
+#: run in turn on such a thread need not set it again (tens of microseconds
+#: each); other threads and processes set their own, since some pools
+#: (OpenMP, some BLAS builds) keep their limit per thread.
+_LIMITED_THREADS = set()
+
+
+def _this_thread():
+    # With the process: a forked worker may reuse its parent's thread ident.
+    return os.getpid(), threading.get_ident()
+
+
+@contextlib.contextmanager
+def _limited_map():
+    me = _this_thread()
+    with single_threaded():
+        if me in _LIMITED_THREADS:
+            yield
+            return
+        _LIMITED_THREADS.add(me)
+        try:
+            yield
+        finally:
+            _LIMITED_THREADS.discard(me)
+
+
 def _run_step(step, data, inbox, state, party, public):
     # Client work runs on one thread in every pool (BLAS and OpenMP): results
     # are then identical whatever n_jobs and backend are, and parallel clients
     # do not oversubscribe the cores. Parallelism comes from running clients
     # side by side.
+    if _this_thread() in _LIMITED_THREADS:
+        return step(data, inbox, types.MappingProxyType(state), party, **public)
     with single_threaded():
         return step(data, inbox, types.MappingProxyType(state), party, **public)
 
@@ -634,7 +670,7 @@ class InProcessRuntime(Runtime):
         # The limit is also set around the whole map: threadpoolctl's limits are
         # process-wide, so with the threading backend one worker leaving its
         # context must not lift the limit under another one still running.
-        with single_threaded():
+        with _limited_map():
             replies = Parallel(n_jobs=self.n_jobs)(calls)
         phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
