@@ -309,10 +309,13 @@ def test_ledger_counts_payload_bytes_and_transport_the_records():
     estimator, _, grid = _local_fit(KFed(n_clusters=4, random_state=0), clients)
     # k-FED: every client uploads k x d float64 centers and its local iteration
     # count (int64), and downloads the k x d global centers; the labels stay on
-    # the clients.
+    # the clients. Then the secure sums of inertia_.
+    from skfedclust.methods._centroid_steps import secure_inertia_communication
+
+    inertia = secure_inertia_communication(4)
     k, d = 4, 2
-    assert estimator.communication_["bytes_up"] == 4 * (k * d * 8 + 8)
-    assert estimator.communication_["bytes_down"] == 4 * k * d * 8
+    assert estimator.communication_["bytes_up"] == 4 * (k * d * 8 + 8) + inertia["bytes_up"]
+    assert estimator.communication_["bytes_down"] == 4 * k * d * 8 + inertia["bytes_down"]
     transport = estimator.transport_
     carried = sum(
         sum(record.count_bytes() for record in m.content.values())

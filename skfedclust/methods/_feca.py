@@ -618,8 +618,8 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import FeCA
     >>> X, _ = make_blobs(600, centers=4, cluster_std=0.5, random_state=0)
     >>> est = FeCA(n_clusters=4, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
-    ((4, 2), 5)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    ((4, 2), 1)
     >>> len(est.local_centers_), len(est.radii_)
     (3, 3)
     """

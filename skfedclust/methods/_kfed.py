@@ -195,8 +195,8 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> clients = [X[:100], X[100:200], X[200:]]
     >>> est = KFed(n_clusters=3, random_state=0).fit(clients)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
-    ((3, 2), 5)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    ((3, 2), 1)
     """
 
     _parameter_constraints: dict = {

@@ -187,8 +187,8 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import KumarFederatedKMeans
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> km = KumarFederatedKMeans(n_clusters=3, n_rounds=5, random_state=0).fit(X)
-    >>> km.cluster_centers_.shape, km.communication_["rounds"]  # 5 + 4 for inertia_
-    ((3, 2), 9)
+    >>> km.cluster_centers_.shape, km.communication_["rounds"]  # inertia_ in evaluation rounds
+    ((3, 2), 5)
     """
 
     _parameter_constraints: dict = {

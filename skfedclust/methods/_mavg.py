@@ -197,8 +197,8 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import MAvg
     >>> X, _ = make_blobs(600, centers=3, cluster_std=0.5, random_state=0)
     >>> est = MAvg(n_clusters=3, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # 1 + 4 for inertia_
-    ((3, 2), 5)
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    ((3, 2), 1)
     """
 
     _parameter_constraints: dict = {
