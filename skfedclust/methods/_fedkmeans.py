@@ -131,6 +131,7 @@ def _lloyd_pass_loops(data, centers, reference, factor, previous, labels, sums, 
     limit = 2.0**_HEADROOM
     rows = np.empty((_CHUNK, d))
     scores = np.empty((_CHUNK, k))
+    deviation = np.empty(d)
     fresh = n > 0 and previous[0] < 0
     changed = 0
     for start in range(0, n, _CHUNK):
@@ -160,10 +161,13 @@ def _lloyd_pass_loops(data, centers, reference, factor, previous, labels, sums, 
             if fresh or previous[start + i] != best:
                 changed += 1
             counts[best] += 1
+            # Three loops over a buffer vectorise where one loop does not.
             for j in range(d):
-                deviation = data[start + i, j] - centers[best, j]
-                sums[best, j] += deviation
-                squares[best, j] += deviation * deviation
+                deviation[j] = data[start + i, j] - centers[best, j]
+            for j in range(d):
+                sums[best, j] += deviation[j]
+            for j in range(d):
+                squares[best, j] += deviation[j] * deviation[j]
     return changed
 
 
