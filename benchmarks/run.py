@@ -1,17 +1,25 @@
-"""Grid runner: data set × partition × method × seeds.
+"""Grid runner: data set × partition × method × seeds, with the fit times it measures.
 
-Records NMI, ARI, clustering accuracy, Kappa, fit time and bytes for every federated
-estimator of the package, next to centralized scikit-learn reference rows, and writes
-``benchmarks/results/grid.md``.
+Fits every federated estimator of the package with its defaults (plus the few settings of
+``skfedclust._cli.DEMO_PARAMS``) next to centralized scikit-learn references, on the same
+standardized data and the same simulated client splits. Writes two pages:
 
-    python benchmarks/run.py --quick
-    python benchmarks/run.py --datasets iris digits --partitions iid dirichlet --seeds 5
+* ``benchmarks/results/grid.md``: ARI, NMI and accuracy of every cell, the ARI side by
+  side against centralized k-means, and what one fit costs in bytes and rounds.
+* ``benchmarks/results/speed.md``: fit time of every estimator as a ratio to
+  ``KMeans(n_init=10)`` on the same data, timed in the same run.
+
+    python benchmarks/run.py                 # the published run (5 data sets, 5 seeds)
+    python benchmarks/run.py --quick         # iris and wine, 2 seeds (grid_quick.md)
+    python benchmarks/run.py --datasets iris digits --partitions iid dirichlet --seeds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -22,26 +30,44 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.preprocessing import StandardScaler
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import machine_line, markdown_table, mean_std, timed, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    git_commit,
+    machine_line,
+    markdown_table,
+    mean_std,
+    timed,
+    write_result,
+)
 
 from skfedclust import partition  # noqa: E402
 from skfedclust._cli import DEMO_PARAMS, load  # noqa: E402
-from skfedclust.metrics import clustering_accuracy, kappa  # noqa: E402
+from skfedclust.metrics import clustering_accuracy  # noqa: E402
 from skfedclust.utils import all_estimators  # noqa: E402
 
+DATASETS = ["iris", "wine", "breast_cancer", "digits", "blobs"]
+
 PARTITIONS = {
-    "iid": lambda m, seed: partition.IIDPartition(m, random_state=seed),
-    "dirichlet(0.3)": lambda m, seed: partition.DirichletPartition(
+    "iid": lambda m, d, seed: partition.IIDPartition(m, random_state=seed),
+    # Label skew: each client holds mostly a few classes.
+    "dirichlet(0.3)": lambda m, d, seed: partition.DirichletPartition(
         m, 0.3, min_size=5, random_state=seed
     ),
-    "noniid(p=0.5)": lambda m, seed: partition.NonIIDLevelPartition(
+    "noniid(p=0.5)": lambda m, d, seed: partition.NonIIDLevelPartition(
         0.5, n_clients=m, random_state=seed
     ),
-    "nonicd": lambda m, seed: partition.NonICDPartition(m, random_state=seed),
+    # Clusters fragmented across clients at different granularities (GOLD's setting).
+    "nonicd": lambda m, d, seed: partition.NonICDPartition(m, random_state=seed),
+    # Data split by features (every client holds every row) and by both.
+    "vertical": lambda m, d, seed: partition.VerticalPartition(min(m, d), random_state=seed),
+    "hybrid": lambda m, d, seed: partition.HybridPartition(max(m // 2, 1), 2, random_state=seed),
 }
+DEFAULT_PARTITIONS = ["iid", "dirichlet(0.3)", "nonicd", "vertical", "hybrid"]
+ROW_SPLITS = {"iid", "dirichlet(0.3)", "noniid(p=0.5)", "nonicd"}
 
+#: The reference of the ARI comparison and of the speed ratios.
+REFERENCE = "KMeans (central)"
 CENTRAL = {
-    "KMeans (central)": lambda k, seed: KMeans(k, n_init=10, random_state=seed),
+    REFERENCE: lambda k, seed: KMeans(k, n_init=10, random_state=seed),
     "SpectralClustering (central)": lambda k, seed: SpectralClustering(
         k, affinity="nearest_neighbors", random_state=seed
     ),
@@ -54,22 +80,31 @@ def scores(y, labels):
         "NMI": normalized_mutual_info_score(y, labels),
         "ARI": adjusted_rand_score(y, labels),
         "ACC": clustering_accuracy(y, labels),
-        "Kappa": kappa(y, labels),
     }
 
 
+def horizontal_only(exc):
+    return "horizontal federations only" in str(exc)
+
+
 def run_cell(est, X, y):
+    """Fit once; the scores, the fit time and the ledger's counts, or why it did not run."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             _, seconds = timed(lambda: est.fit(X, y))
         except (ValueError, TypeError) as exc:
+            if horizontal_only(exc):
+                return {"not_applicable": True}
             return {"error": str(exc).splitlines()[0]}
     row = scores(y, est.labels_)
     row["time"] = seconds
     comm = getattr(est, "communication_", None)
     if comm:
-        row.update(up=comm["bytes_up"], down=comm["bytes_down"], rounds=comm["rounds"])
+        for key in ("bytes_up", "bytes_down", "bytes_peer", "rounds"):
+            row[key] = comm.get(key, 0)
+        row["setup_rounds"] = comm.get("setup_rounds", 0)
+        row["evaluation_rounds"] = comm.get("evaluation_rounds", 0)
     return row
 
 
@@ -78,72 +113,248 @@ class _Args:
         self.clients = clients
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=["iris", "wine", "digits", "s1"])
-    parser.add_argument("--partitions", nargs="+", default=list(PARTITIONS))
-    parser.add_argument("--methods", nargs="+", default=None, help="estimator names")
-    parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="iris and wine, 2 seeds")
-    parser.add_argument("--name", default="grid", help="results file name")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.datasets, args.seeds = ["iris", "wine"], 2
+def make_estimator(name, cls, k, spec, seed, clients):
+    params = {"n_clusters": k, "partition": spec, "random_state": seed}
+    params.update(DEMO_PARAMS.get(name, lambda a: {})(_Args(clients)))
+    return cls(**params)
 
-    estimators = [(n, c) for n, c in all_estimators() if not args.methods or n in args.methods]
-    results = defaultdict(list)
-    errors = {}
-    for dataset in args.datasets:
-        X, y = load(dataset, 0)
-        X = StandardScaler().fit_transform(X)
-        k = len(np.unique(y))
-        for seed in range(args.seeds):
-            for central_name, make in CENTRAL.items():
-                results[(dataset, "central", central_name)].append(run_cell(make(k, seed), X, y))
-            for part in args.partitions:
-                spec = PARTITIONS[part](args.clients, seed)
-                for name, cls in estimators:
-                    params = {"n_clusters": k, "partition": spec, "random_state": seed}
-                    params.update(DEMO_PARAMS.get(name, lambda a: {})(_Args(args.clients)))
-                    row = run_cell(cls(**params), X, y)
-                    if "error" in row:
-                        errors[(dataset, part, name)] = row["error"]
-                    else:
-                        results[(dataset, part, name)].append(row)
-            print(f"{dataset}: seed {seed} done", flush=True)
 
-    header = ["data set", "partition", "method", "NMI", "ARI", "ACC", "Kappa", "fit s"]
-    header += ["bytes up", "bytes down", "rounds"]
+def warm_up(estimators, clients):
+    """Fit each estimator once, untimed: compiled kernels are built on first use."""
+    X, y = load("iris", 0)
+    X = StandardScaler().fit_transform(X)
+    for name, cls in estimators:
+        spec = PARTITIONS["iid"](clients, X.shape[1], 0)
+        run_cell(make_estimator(name, cls, 3, spec, 0, clients), X, y)
+
+
+def ratio(r):
+    return f"{r:.0f}×" if r >= 10 else (f"{r:.1f}×" if r >= 1 else f"{r:.2f}×")
+
+
+def command(argv):
+    return " ".join(["python benchmarks/run.py", *argv])
+
+
+def human_bytes(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def median_or_nan(values):
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def grid_page(args, argv, results, not_applicable, errors, shapes, elapsed):
+    methods = sorted({name for (_, _, name) in results if not name.endswith("(central)")})
+    settings = ", ".join(
+        f"`{name}({', '.join(f'{k}={v!r}' for k, v in make(_Args(args.clients)).items())})`"
+        for name, make in DEMO_PARAMS.items()
+    )
+    header_text = (
+        f"{args.seeds} seeds (0 to {args.seeds - 1}), {args.clients} clients, features "
+        "standardized on the pooled data before the split; mean ± std over seeds. A seed "
+        "drives the partition and every random choice of the methods. Every estimator runs "
+        f"with its defaults except {settings}. Row splits: `iid`; `dirichlet(0.3)`, label "
+        "skew (each client's class proportions drawn from a Dirichlet with concentration "
+        "0.3); `nonicd`, clusters fragmented across clients at different granularities. "
+        f"Feature splits: `vertical`, {args.clients} feature blocks (at most one per "
+        "feature), every client holding every row; `hybrid`, "
+        f"{max(args.clients // 2, 1)} row groups × 2 feature blocks. Centralized references "
+        "fit the pooled data once per seed."
+    )
+    datasets = ", ".join(f"{d} ({n} × {p}, k = {k})" for d, (n, p, k) in shapes.items())
+    body = [
+        header_text,
+        f"Data sets: {datasets}.",
+        machine_line(),
+        f"Package at commit {git_commit()}. The whole run (this page and "
+        f"[speed](speed.md)) took {elapsed / 60:.1f} minutes.",
+        f"Command: `{command(argv)}`",
+    ]
+
+    # The side-by-side view: ARI of every method, next to centralized k-means.
+    body.append("## ARI side by side")
+    body.append(
+        "Mean ARI over seeds. `ref` is centralized `KMeans(n_init=10)` on the same data; "
+        "`n/a`: the estimator accepts data split by rows only."
+    )
+    parts = list(args.partitions)
+    short = {m: m.replace("Clustering", "").replace("Federated", "Fed") for m in methods}
+    rows = []
+    for dataset in shapes:
+        ref = np.mean([c["ARI"] for c in results[(dataset, "central", REFERENCE)]])
+        for part in parts:
+            row = [dataset, part, f"{ref:.2f}"]
+            for m in methods:
+                cells = results.get((dataset, part, m))
+                if (dataset, part, m) in not_applicable:
+                    row.append("n/a")
+                elif (dataset, part, m) in errors or not cells:
+                    row.append("error")
+                else:
+                    row.append(f"{np.mean([c['ARI'] for c in cells]):.2f}")
+            rows.append(row)
+    body.append(
+        markdown_table(["data set", "partition", "ref"] + [short[m] for m in methods], rows)
+    )
+
+    body.append("## Clustering quality")
     rows = []
     for (dataset, part, name), cells in results.items():
         if not cells:
             continue
+        rows.append(
+            [dataset, part, name] + [mean_std([c[m] for c in cells]) for m in ("ARI", "NMI", "ACC")]
+        )
+    body.append(markdown_table(["data set", "partition", "method", "ARI", "NMI", "ACC"], rows))
 
-        def col(key, cells=cells):
-            return [c.get(key, np.nan) for c in cells]
+    body.append("## Communication and rounds")
+    body.append(
+        "Totals of one fit from `communication_`, mean over seeds: bytes sent to the "
+        "server (`bytes_up`), from it (`bytes_down`) and between parties (`bytes_peer`); "
+        "`rounds` of the protocol proper, `setup` rounds (key agreement, shared seeds) and "
+        "`eval` rounds made after the fit to report `inertia_` (secure sums; they are "
+        "not part of the clustering). The rounds do not depend on the seed except where "
+        "an iterative method stops at convergence: then min–max over seeds."
+    )
+    rows = []
+    for (dataset, part, name), cells in results.items():
+        if not cells or "bytes_up" not in cells[0]:
+            continue
+
+        def span(key, cells=cells):
+            values = [int(c[key]) for c in cells]
+            lo, hi = min(values), max(values)
+            return str(lo) if lo == hi else f"{lo}–{hi}"
 
         rows.append(
             [dataset, part, name]
-            + [mean_std(col(m)) for m in ("NMI", "ARI", "ACC", "Kappa")]
-            + [mean_std(col("time"), "{:.2f}")]
-            + [
-                "—" if "up" not in cells[0] else f"{int(np.mean(col('up'))):,}",
-                "—" if "down" not in cells[0] else f"{int(np.mean(col('down'))):,}",
-                cells[0].get("rounds", "—"),
-            ]
+            + [human_bytes(np.mean([c[k] for c in cells])) for k in ("bytes_up", "bytes_down")]
+            + [human_bytes(np.mean([c["bytes_peer"] for c in cells]))]
+            + [span("rounds"), span("setup_rounds"), span("evaluation_rounds")]
         )
-    body = [
-        f"{args.seeds} seeds, {args.clients} clients, standardised features; mean ± std "
-        "over seeds. Seeds drive the partition and every random choice of the methods.",
-        machine_line(),
-        f"Command: `python benchmarks/run.py {' '.join(argv or sys.argv[1:])}`",
-        markdown_table(header, rows),
-    ]
+    header = ["data set", "partition", "method", "bytes up", "bytes down", "bytes peer"]
+    body.append(markdown_table(header + ["rounds", "setup", "eval"], rows))
+
+    if not_applicable:
+        body.append("## Not applicable")
+        by_method = defaultdict(set)
+        for _, part, name in not_applicable:
+            by_method[name].add(part)
+        body.append(
+            "\n".join(
+                f"- {name}: {', '.join(sorted(p))} (horizontal federations only)"
+                for name, p in sorted(by_method.items())
+            )
+        )
     if errors:
-        body.append("Cells that could not run:\n")
+        body.append("## Cells that could not run")
         body.append("\n".join(f"- {d} / {p} / {n}: {e}" for (d, p, n), e in errors.items()))
-    write_result(args.name, "Grid: data set × partition × method", "\n\n".join(body))
+    return "\n\n".join(body)
+
+
+def speed_page(args, argv, results, shapes):
+    methods = sorted({name for (_, _, name) in results if not name.endswith("(central)")})
+    body = [
+        "Fit time of every estimator on the grid's data sets, as a ratio to centralized "
+        "`KMeans(n_init=10)` fitted on the same standardized data in the same run "
+        f"([grid](grid.md): {args.seeds} seeds, {args.clients} clients). Per data set: the "
+        "median over seeds of the federated fit time on the IID split (DCClustering also "
+        "on the vertical split), the median of the KMeans time, and their ratio. Every "
+        "protocol runs all parties in one process and counts its messages; one untimed fit "
+        "of each estimator precedes the run (compiled kernels are built on first use). "
+        "Times on the small data sets are dominated by the per-round and per-step overhead "
+        "of the simulation, not by arithmetic; for scaling to 100,000 rows and more see the "
+        "methods' own speed pages.",
+        "The machine is shared: other processes ran during the measurement, so single "
+        "times can be off by a factor of two; compare ratios within a data set.",
+        machine_line(),
+        f"Package at commit {git_commit()}.",
+        f"Command: `{command(argv)}`",
+    ]
+    ref = {
+        d: median_or_nan([c["time"] for c in results[(d, "central", REFERENCE)]]) for d in shapes
+    }
+    header = ["method", "split"] + [f"{d} s (×)" for d in shapes]
+    rows = [
+        [REFERENCE, "—"] + [f"{ref[d]:.3f} (1.0×)" for d in shapes],
+    ]
+    for m in methods:
+        for part in ("iid", "vertical"):
+            if part not in args.partitions:
+                continue
+            times = {d: [c["time"] for c in results.get((d, part, m), [])] for d in shapes}
+            if not any(times.values()):
+                continue
+            row = [m, part]
+            for d in shapes:
+                t = median_or_nan(times[d])
+                row.append("—" if t != t else f"{t:.3f} ({ratio(t / ref[d])})")
+            rows.append(row)
+    body.append(markdown_table(header, rows))
+    return "\n\n".join(body)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=DATASETS)
+    parser.add_argument(
+        "--partitions", nargs="+", default=DEFAULT_PARTITIONS, choices=list(PARTITIONS)
+    )
+    parser.add_argument("--methods", nargs="+", default=None, help="estimator names")
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="iris and wine, 2 seeds")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="suffix of the results files (default: none; '_quick' with --quick)",
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.datasets, args.seeds = ["iris", "wine"], 2
+    suffix = args.name if args.name is not None else ("_quick" if args.quick else "")
+
+    start = time.perf_counter()
+    estimators = [(n, c) for n, c in all_estimators() if not args.methods or n in args.methods]
+    warm_up(estimators, args.clients)
+    results = defaultdict(list)
+    not_applicable, errors, shapes = set(), {}, {}
+    for dataset in args.datasets:
+        X, y = load(dataset, 0)
+        X = StandardScaler().fit_transform(X)
+        k = len(np.unique(y))
+        shapes[dataset] = (X.shape[0], X.shape[1], k)
+        for seed in range(args.seeds):
+            for central_name, make in CENTRAL.items():
+                results[(dataset, "central", central_name)].append(run_cell(make(k, seed), X, y))
+            for part in args.partitions:
+                spec = PARTITIONS[part](args.clients, X.shape[1], seed)
+                for name, cls in estimators:
+                    est = make_estimator(name, cls, k, spec, seed, args.clients)
+                    row = run_cell(est, X, y)
+                    if row.get("not_applicable"):
+                        not_applicable.add((dataset, part, name))
+                    elif "error" in row:
+                        errors[(dataset, part, name)] = row["error"]
+                    else:
+                        results[(dataset, part, name)].append(row)
+            print(f"{dataset}: seed {seed} done ({time.perf_counter() - start:.0f} s)", flush=True)
+    elapsed = time.perf_counter() - start
+
+    # Pages of a partial run get their own names and titles: the docs publish every page
+    # under its title, and bench_speed.py writes speed_quick.md.
+    tag = f" ({suffix.strip('_')})" if suffix else ""
+    grid = grid_page(args, argv, results, not_applicable, errors, shapes, elapsed)
+    write_result(f"grid{suffix}", f"Grid: every estimator on the demo data sets{tag}", grid)
+    speed = speed_page(args, argv, results, shapes)
+    title = f"Speed: fit time against centralized k-means{tag}"
+    write_result("speed" + (f"_grid{suffix}" if suffix else ""), title, speed)
 
 
 if __name__ == "__main__":
