@@ -3,82 +3,62 @@
 Centralized algorithms that the federated protocols run on one party's data
 (a client's local k-means, the server's clustering of uploaded centers or of a
 reconstructed matrix), kept here once so every method shares them.
+
+Names load on first use (PEP 562): a client step that needs local k-means
+does not import the numba-compiled competitive learning.
 """
 
-from ._centroids import (
-    center_means,
-    fuzzy_memberships,
-    nearest_center,
-    normalized_frame,
-    squared_distances,
-)
-from ._cpl import (
-    CompetitivePenalizedLearning,
-    CPLResult,
-    FCPLResult,
-    MCPLResult,
-    cluster_weight,
-    competition_step,
-    competitive_penalized_learning,
-    feature_importance,
-    fine_grained_cpl,
-    gaussian_hellinger,
-    multi_granular_cpl,
-    resolve_initial_clusters,
-    weighted_assignment,
-)
-from ._kmeans import LocalKMeans, awasthi_sheffet_kmeans, local_kmeans
-from ._njw import (
-    knn_graph,
-    knn_kernel_graph,
-    n_neighbors_auto,
-    njw_embedding,
-    njw_spectral_clustering,
-)
-from ._precomputed import FuzzyCMeans, HierarchicalLinkage, KMedoids
-from ._remc import (
-    REMCResult,
-    WeightedKModes,
-    categorical_divergence,
-    matching_scores,
-    remc,
-    remc_weights,
-)
+import importlib
 
-__all__ = [
-    "FuzzyCMeans",
-    "HierarchicalLinkage",
-    "KMedoids",
-    "CPLResult",
-    "CompetitivePenalizedLearning",
-    "FCPLResult",
-    "LocalKMeans",
-    "MCPLResult",
-    "REMCResult",
-    "WeightedKModes",
-    "awasthi_sheffet_kmeans",
-    "categorical_divergence",
-    "center_means",
-    "cluster_weight",
-    "competition_step",
-    "competitive_penalized_learning",
-    "feature_importance",
-    "fine_grained_cpl",
-    "fuzzy_memberships",
-    "gaussian_hellinger",
-    "knn_graph",
-    "knn_kernel_graph",
-    "local_kmeans",
-    "matching_scores",
-    "multi_granular_cpl",
-    "n_neighbors_auto",
-    "nearest_center",
-    "njw_embedding",
-    "njw_spectral_clustering",
-    "normalized_frame",
-    "remc",
-    "remc_weights",
-    "resolve_initial_clusters",
-    "squared_distances",
-    "weighted_assignment",
-]
+#: Where each building block lives.
+_NAMES = {
+    "center_means": "_centroids",
+    "fuzzy_memberships": "_centroids",
+    "nearest_center": "_centroids",
+    "normalized_frame": "_centroids",
+    "squared_distances": "_centroids",
+    "CompetitivePenalizedLearning": "_cpl",
+    "CPLResult": "_cpl",
+    "FCPLResult": "_cpl",
+    "MCPLResult": "_cpl",
+    "cluster_weight": "_cpl",
+    "competition_step": "_cpl",
+    "competitive_penalized_learning": "_cpl",
+    "feature_importance": "_cpl",
+    "fine_grained_cpl": "_cpl",
+    "gaussian_hellinger": "_cpl",
+    "multi_granular_cpl": "_cpl",
+    "resolve_initial_clusters": "_cpl",
+    "weighted_assignment": "_cpl",
+    "LocalKMeans": "_kmeans",
+    "awasthi_sheffet_kmeans": "_kmeans",
+    "local_kmeans": "_kmeans",
+    "knn_graph": "_njw",
+    "knn_kernel_graph": "_njw",
+    "n_neighbors_auto": "_njw",
+    "njw_embedding": "_njw",
+    "njw_spectral_clustering": "_njw",
+    "FuzzyCMeans": "_precomputed",
+    "HierarchicalLinkage": "_precomputed",
+    "KMedoids": "_precomputed",
+    "REMCResult": "_remc",
+    "WeightedKModes": "_remc",
+    "categorical_divergence": "_remc",
+    "matching_scores": "_remc",
+    "remc": "_remc",
+    "remc_weights": "_remc",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
