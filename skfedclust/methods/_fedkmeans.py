@@ -202,7 +202,9 @@ def lloyd_pass(data, centers, previous=None):
         Rows whose label differs from ``previous``.
     """
     data = np.ascontiguousarray(data, dtype=np.float64)
-    centers = np.ascontiguousarray(centers, dtype=np.float64)
+    # Writable copies of the small arguments: every read-only combination
+    # would be compiled apart (seconds each).
+    centers = np.array(centers, dtype=np.float64, order="C")
     n, d = data.shape
     k = centers.shape[0]
     if _lloyd_pass_compiled is not None and n and k >= 2:
@@ -218,7 +220,10 @@ def lloyd_pass(data, centers, previous=None):
             sums = np.zeros((k, d))
             counts = np.zeros(k, dtype=np.int64)
             squares = np.zeros((k, d))
-            before = np.full(1, -1, dtype=np.intp) if previous is None else previous
+            if previous is None:
+                before = np.full(1, -1, dtype=np.intp)
+            else:
+                before = np.require(previous, dtype=np.intp, requirements=["C", "W"])
             changed = _lloyd_pass_compiled(
                 data, centers, reference, factor, before, labels, sums, counts, squares
             )
