@@ -613,7 +613,13 @@ def test_deterministic_and_n_jobs_invariant():
 def test_protocol_rounds_and_bytes(final_lloyd_step):
     X, _, _ = _separated_blobs()
     n_clients, k, d = 4, 6, X.shape[1]
-    est = FeCA(k, partition=n_clients, final_lloyd_step=final_lloyd_step, random_state=0)
+    est = FeCA(
+        k,
+        partition=n_clients,
+        final_lloyd_step=final_lloyd_step,
+        secure_aggregation=False,
+        random_state=0,
+    )
 
     def bytes_up(runtime):
         # Client i sends its k_i kept centroids (k_i x d float64) and their k_i
@@ -664,13 +670,30 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
     assert est.n_removed_.tolist() == [1, 1]
 
 
-def test_final_lloyd_step_matches_one_centralized_lloyd_iteration():
+@pytest.mark.parametrize("secure", [True, False], ids=["secure", "clear"])
+@pytest.mark.parametrize("offset", [0.0, 1.7e9])
+def test_final_lloyd_step_matches_one_centralized_lloyd_iteration(secure, offset):
     X, y = make_blobs(1200, centers=5, cluster_std=2.5, random_state=4)
-    est = FeCA(5, partition=4, final_lloyd_step=True, random_state=0).fit(X)
-    assert est.communication_["rounds"] == 2 + inertia_cost(4)["rounds"]
+    X = X + offset
+    est = FeCA(
+        5, partition=4, final_lloyd_step=True, secure_aggregation=secure, random_state=0
+    ).fit(X)
+    # The Lloyd step: one round in the clear; by secure sums a bound and the
+    # sums, two exchanges each, after a set-up round.
+    assert est.communication_["rounds"] == (5 if secure else 2)
+    assert est.communication_["setup_rounds"] == int(secure)
     ref = KMeans(5, init=est.feca_centers_, n_init=1, max_iter=1).fit(X)
-    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, rtol=1e-10)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, rtol=1e-12)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+def test_secure_final_lloyd_step_sends_no_clients_sums():
+    X, _, _ = _separated_blobs()
+    runtime = check_protocol(
+        FeCA(6, partition=4, final_lloyd_step=True, random_state=0), X, rounds=5
+    )
+    tags = {r.tag for r in runtime.received}
+    assert "sums and counts" not in tags and "secure sum: masked vectors" in tags
 
 
 def test_lloyd_server_update_adds_back_the_first_center():

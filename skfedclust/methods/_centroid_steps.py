@@ -10,7 +10,7 @@ import numpy as np
 
 from ..clusterers import nearest_center
 from ..federation import Reply
-from ..secure import SecureAggregator, agree_bound, default_degree
+from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
 #: Binary orders per range of the histogram that bounds the clients' inertias:
 #: the bound may exceed the largest inertia by up to 2**16, which leaves the
@@ -105,6 +105,55 @@ def label_and_inertia(data, inbox, state, party, *, centers_tag="final centers")
         keep={centers_tag: centers},
         output={"labels": nearest_center(data, centers)},
     )
+
+
+def lloyd_deviations(data, inbox, state, party, *, centers_tag="global centers"):
+    """Client step for a bound: the rows' deviations from the first center; keep the centers."""
+    centers = np.asarray(inbox[centers_tag])
+    return Reply(send=data - centers[0], keep={"lloyd centers": centers})
+
+
+def lloyd_kept_statistics(data, inbox, state, party):
+    """:func:`lloyd_statistics` for the centers a previous step kept (a secure sum's step)."""
+    centers = state["lloyd centers"]
+    labels = nearest_center(data, centers)
+    sums = np.zeros_like(centers)
+    np.add.at(sums, labels, data - centers[0])
+    counts = np.bincount(labels, minlength=len(centers))
+    return Reply(send=(sums, counts))
+
+
+def secure_lloyd_step(runtime, random_state, centers, *, centers_tag="global centers"):
+    """One federated Lloyd iteration whose per-center sums and counts are secure sums.
+
+    The server broadcasts ``centers``, agrees a public bound on the clients'
+    deviations from the first center (the histogram of their binary orders,
+    4 orders per range), then adds every client's per-center sums of those
+    deviations and counts; it learns the totals, not a client's. Empty
+    centers stay where they are. One set-up round and four rounds.
+
+    Returns
+    -------
+    centers : ndarray of shape (n_centers, n_features)
+        The moved centers.
+    """
+    seed = int(random_state.randint(np.iinfo(np.int32).max))
+    channel = SumChannel(runtime, secure=True, seed=seed)
+    # The set-up exchange would consume the centers if they were sent first.
+    channel.aggregator.setup()
+    runtime.broadcast(centers, tag=centers_tag)
+    runtime.stage("one federated Lloyd step: a bound, then secure per-center sums and counts")
+    bound = channel.bound(
+        lloyd_deviations, tag="Lloyd bound", coarseness=4, centers_tag=centers_tag
+    )
+    largest = float(np.max(runtime.client_sizes))
+    (sums, counts), _ = channel.sum(
+        lloyd_kept_statistics, tag="Lloyd sums and counts", bounds=[2.0 * largest * bound, None]
+    )
+    new = np.array(centers, dtype=np.float64, copy=True)
+    filled = counts > 0
+    new[filled] = centers[0] + sums[filled] / counts[filled, None]
+    return new
 
 
 def secure_inertia(

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from ..clusterers import local_kmeans as _local_kmeans
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import lloyd_statistics, secure_inertia
+from ._centroid_steps import lloyd_statistics, secure_inertia, secure_lloyd_step
 
 __all__ = [
     "FeCA",
@@ -540,8 +540,12 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         After aggregation, run one federated Lloyd iteration: clients send
         per-center sums and counts for the FeCA centers, the server moves each
         center to the mean, and labels use the moved centers. The paper does
-        this before measuring Purity and NMI in its client-number study; it
-        costs a second round.
+        this before measuring Purity and NMI in its client-number study. By
+        secure sums (``secure_aggregation=True``: one set-up round and four
+        rounds, the server learns the totals only) or in the clear (one round,
+        every client's sums and counts).
+    secure_aggregation : bool, default=True
+        Add the final Lloyd step's sums and counts by secure aggregation.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -586,8 +590,9 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         Rows held by each client.
     communication_ : dict
         Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
-        round (two with ``final_lloyd_step``), then four for the labels and
-        the inertia (two secure sums) and one set-up round.
+        round (with ``final_lloyd_step``, four more and a set-up round by
+        secure sums, one more in the clear); the labels and the inertia's two
+        secure sums are in ``evaluation_rounds``.
     n_iter_ : int
         Largest number of Lloyd iterations run by a client's local k-means.
     n_features_in_ : int
@@ -637,6 +642,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "final_lloyd_step": ["boolean"],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -653,6 +659,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         max_iter=300,
         tol=1e-4,
         final_lloyd_step=False,
+        secure_aggregation=True,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -669,6 +676,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         self.max_iter = max_iter
         self.tol = tol
         self.final_lloyd_step = final_lloyd_step
+        self.secure_aggregation = secure_aggregation
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -720,10 +728,13 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         centers_tag = "global centers"
 
         if self.final_lloyd_step:
-            runtime.broadcast(centers, tag=centers_tag)
-            runtime.stage("one federated Lloyd step on the FeCA centers")
-            stats = runtime.run(lloyd_statistics, tag="sums and counts")
-            centers = runtime.server(lloyd_server_update, stats, centers=centers)
+            if self.secure_aggregation:
+                centers = secure_lloyd_step(runtime, random_state, centers, centers_tag=centers_tag)
+            else:
+                runtime.broadcast(centers, tag=centers_tag)
+                runtime.stage("one federated Lloyd step on the FeCA centers")
+                stats = runtime.run(lloyd_statistics, tag="sums and counts")
+                centers = runtime.server(lloyd_server_update, stats, centers=centers)
             centers_tag = "refined centers"
 
         self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag=centers_tag)
