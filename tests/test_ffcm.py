@@ -42,20 +42,30 @@ def _reference_fcm(X, centers, m, n_steps):
 
 
 @pytest.mark.parametrize("fuzzifier", [2.0, 1.5])
-def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier):
+@pytest.mark.parametrize("secure", [False, True], ids=["clear", "secure"])
+def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier, secure):
     X, _ = make_blobs(300, centers=4, cluster_std=2.0, random_state=0)
     init = X[[0, 50, 100, 150]] + 0.1
     client_ids = np.r_[np.zeros(40), np.ones(200), np.full(60, 2)]  # unequal clients
     rng = np.random.RandomState(0)
     rng.shuffle(client_ids)
     est = FederatedFuzzyCMeans(
-        4, aggregation="v1", n_rounds=5, fuzzifier=fuzzifier, n_local_iter=1, init=init
+        4,
+        aggregation="v1",
+        n_rounds=5,
+        fuzzifier=fuzzifier,
+        n_local_iter=1,
+        init=init,
+        secure_aggregation=secure,
     ).fit(X, client_ids=client_ids)
     expected = _reference_fcm(X, init, fuzzifier, 5)
     np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-10, atol=1e-10)
-    # Given initial centers need no seeding exchange: one round per FCM step,
-    # then the inertia's secure sums.
-    assert est.communication_["rounds"] == 5 + inertia_cost(3)["rounds"]
+    # Given initial centers need no seeding exchange: one round per FCM step
+    # in the clear; by secure sums a bound on the rows, then two exchanges per
+    # step, after a set-up round. The inertia's sums are evaluation rounds.
+    assert est.communication_["rounds"] == (2 + 2 * 5 if secure else 5)
+    assert est.communication_["setup_rounds"] == int(secure)
+    assert (est.local_centers_ is None) == secure
     assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-12)
     np.testing.assert_array_equal(est.labels_, np.argmin(cdist(X, expected), axis=1))
 
@@ -70,7 +80,7 @@ def test_ffcm_kmeanspp_init_adds_one_seeding_round():
     # to each client. Then the labels and the inertia's secure sums.
     inertia = inertia_cost(m)
     runtime = check_protocol(
-        FederatedFuzzyCMeans(k, n_rounds=T, partition=m, random_state=0),
+        FederatedFuzzyCMeans(k, n_rounds=T, partition=m, secure_aggregation=False, random_state=0),
         X,
         rounds=T + 1 + inertia["rounds"],
         bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],
@@ -146,7 +156,7 @@ def test_ffcm_tiny_clients_seed_together():
     # rounds (and the inertia's), and k seeds up in total.
     inertia = inertia_cost(m)
     runtime = check_protocol(
-        FederatedFuzzyCMeans(k, n_rounds=T, random_state=0),
+        FederatedFuzzyCMeans(k, n_rounds=T, secure_aggregation=False, random_state=0),
         clients,
         rounds=T + 1 + inertia["rounds"],
         bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],

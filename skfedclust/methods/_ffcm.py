@@ -19,6 +19,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import fuzzy_memberships
 from ..federation import Reply
+from ..secure import SumChannel
+from ..secure._moments import moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import secure_inertia
 
@@ -58,6 +60,21 @@ def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
         local = local.copy()
         local[moved] = (um.T @ shifted)[moved] / mass[moved, None] + origin
     return Reply(send=(local, mass))
+
+
+def ffcm_client_moves(data, inbox, state, party, *, fuzzifier, n_local_iter):
+    """Client step of a v1 round by secure sums: mass-weighted moves of the centers, and masses.
+
+    Sends ``w_j (c'_j - c_j)`` and ``w_j`` for every center: their sums over
+    clients give v1's mass-weighted average (:func:`ffcm_aggregate_v1`), and
+    the server needs nothing else.
+    """
+    centers = np.asarray(inbox["global centers"], dtype=np.float64)
+    reply = ffcm_client_update(
+        data, inbox, state, party, fuzzifier=fuzzifier, n_local_iter=n_local_iter
+    )
+    local, mass = reply.send
+    return Reply(send=(mass[:, None] * (local - centers), mass))
 
 
 # ---------------------------------------------------------------- server side
@@ -135,6 +152,12 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Fuzzy c-means iterations on each client per round.
     v2_weighted : bool, default=False
         Weight the local centers by their fuzzy mass in the v2 k-means.
+    secure_aggregation : bool, default=True
+        With ``aggregation="v1"``, add the clients' mass-weighted moves and
+        masses by secure sums: the server learns their totals per round, not
+        a client's local centers (after a set-up round and a bound on the rows,
+        each round is two exchanges). v2 needs every local center and ignores
+        it.
     init : {"k-means++"} or array-like of shape (n_clusters, n_features), default="k-means++"
         Initial centers: k-means++ seeding run by one randomly chosen client
         on its own rows (among clients holding at least ``n_clusters`` rows;
@@ -158,8 +181,9 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Global centers after the last round.
     initial_centers_ : ndarray of shape (n_clusters, n_features)
         Centers the first round started from.
-    local_centers_ : list of ndarray
-        Local centers each client uploaded in the last round.
+    local_centers_ : list of ndarray or None
+        Local centers each client uploaded in the last round (``None`` with
+        secure v1 aggregation: the server never sees them).
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
@@ -212,6 +236,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         "fuzzifier": [Interval(numbers.Real, 1, None, closed="neither")],
         "n_local_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "v2_weighted": ["boolean"],
+        "secure_aggregation": ["boolean"],
         "init": [StrOptions({"k-means++"}), "array-like"],
     }
 
@@ -224,6 +249,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         fuzzifier=2.0,
         n_local_iter=1,
         v2_weighted=False,
+        secure_aggregation=True,
         init="k-means++",
         partition=None,
         n_jobs=None,
@@ -236,6 +262,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.fuzzifier = fuzzifier
         self.n_local_iter = n_local_iter
         self.v2_weighted = v2_weighted
+        self.secure_aggregation = secure_aggregation
         self.init = init
         self.partition = partition
         self.n_jobs = n_jobs
@@ -292,6 +319,8 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         centers = self._initial_centers(runtime, random_state)
         self.initial_centers_ = centers
         server_seed = int(random_state.randint(np.iinfo(np.int32).max))
+        if self.aggregation == "v1" and self.secure_aggregation:
+            return self._run_secure_v1(runtime, random_state, centers)
         runtime.broadcast(centers, tag="global centers")
         for t in range(1, self.n_rounds + 1):
             runtime.stage(
@@ -318,4 +347,36 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="final centers")
         self.cluster_centers_ = centers
         self.local_centers_ = [np.asarray(p[0]) for p in uploads.list()]
+        self.n_iter_ = self.n_rounds
+
+    def _run_secure_v1(self, runtime, random_state, centers):
+        """v1 rounds whose moves and masses are secure sums (the server sees no client's)."""
+        channel = SumChannel(
+            runtime, secure=True, seed=int(random_state.randint(np.iinfo(np.int32).max))
+        )
+        # Set-up and the bound come first: their client steps would consume
+        # the centers' message otherwise.
+        channel.aggregator.setup()
+        # A local center is a weighted mean of rows, so |c' - c| <= B + |c|
+        # with B a bound on |x|: one agreed bound serves every round.
+        rows = channel.bound(moments_rows, tag="bound on the rows", coarseness=4)
+        largest = float(np.max(runtime.client_sizes))
+        for t in range(1, self.n_rounds + 1):
+            runtime.broadcast(centers, tag="global centers")
+            runtime.stage(f"round {t}: client fuzzy c-means step, secure v1 aggregation")
+            reach = 2.0 * (rows + float(np.abs(centers).max()))
+            (moves, masses), _ = channel.sum(
+                ffcm_client_moves,
+                tag="mass-weighted moves and masses",
+                bounds=[2.0 * largest * reach, 2.0 * largest],
+                fuzzifier=float(self.fuzzifier),
+                n_local_iter=self.n_local_iter,
+            )
+            new = centers.copy()
+            filled = masses > 0
+            new[filled] = centers[filled] + moves[filled] / masses[filled, None]
+            centers = new
+        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="final centers")
+        self.cluster_centers_ = centers
+        self.local_centers_ = None
         self.n_iter_ = self.n_rounds
