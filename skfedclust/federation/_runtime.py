@@ -45,6 +45,7 @@ import weakref
 from collections.abc import Mapping
 
 import numpy as np
+from joblib import effective_n_jobs
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import ThreadpoolController
 
@@ -656,8 +657,8 @@ class InProcessRuntime(Runtime):
             inboxes.append(self._inboxes[c])
             self._inboxes[c] = {}
         per_client = per_client or {}
-        calls = (
-            delayed(_run_step)(
+        arguments = (
+            (
                 step,
                 self._data(c),
                 inbox,
@@ -671,7 +672,13 @@ class InProcessRuntime(Runtime):
         # process-wide, so with the threading backend one worker leaving its
         # context must not lift the limit under another one still running.
         with _limited_map():
-            replies = Parallel(n_jobs=self.n_jobs)(calls)
+            if effective_n_jobs(self.n_jobs) == 1:
+                # In turn on this thread: joblib's dispatch and scikit-learn's
+                # hand-over of its config (already in effect here) would cost
+                # about 50 us per step.
+                replies = [_run_step(*a) for a in arguments]
+            else:
+                replies = Parallel(n_jobs=self.n_jobs)(delayed(_run_step)(*a) for a in arguments)
         phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
         for c, reply in zip(targets, replies):
