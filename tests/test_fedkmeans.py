@@ -187,10 +187,14 @@ def test_fits_do_not_depend_on_n_jobs_or_backend():
     fits = [FederatedKMeans(6, n_jobs=2, **params).fit(X)]
     with parallel_config(backend="loky"):
         fits.append(FederatedKMeans(6, n_jobs=2, **params).fit(X))
-    for fit in fits:
-        np.testing.assert_array_equal(fit.cluster_centers_, ref.cluster_centers_)
-        np.testing.assert_array_equal(fit.labels_, ref.labels_)
-        assert fit.inertia_ == ref.inertia_
+    # The k-FED start runs scikit-learn's KMeans on every client, on threads here.
+    params["init"] = "k-fed"
+    ref_kfed = FederatedKMeans(6, **params).fit(X)
+    fits.append(FederatedKMeans(6, n_jobs=2, **params).fit(X))
+    for fit, expected in zip(fits, [ref, ref, ref_kfed]):
+        np.testing.assert_array_equal(fit.cluster_centers_, expected.cluster_centers_)
+        np.testing.assert_array_equal(fit.labels_, expected.labels_)
+        assert fit.inertia_ == expected.inertia_
 
 
 # --------------------------------------------------------------------------- #
