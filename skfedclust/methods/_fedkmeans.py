@@ -191,8 +191,9 @@ def lloyd_pass(data, centers, previous=None):
     Returns
     -------
     labels : ndarray of shape (n_samples,)
-        Nearest center of each row (ties to the lowest index), as
-        :func:`~skfedclust.clusterers.nearest_center`.
+        Nearest center of each row (ties to the lowest index), compared in the
+        frame of :func:`~skfedclust.clusterers.nearest_center`; the two can
+        differ only where rounding decides a near-tie.
     sums : ndarray of shape (n_clusters, n_features)
         Per cluster, the sum of its rows' deviations from its center.
     counts : ndarray of shape (n_clusters,)
