@@ -176,19 +176,50 @@ def grid_page(args, argv, results, not_applicable, errors, shapes, elapsed):
         f"Command: `{command(argv)}`",
     ]
 
+    parts = list(args.partitions)
+
+    def mean_ari(dataset, part, name):
+        cells = results.get((dataset, part, name))
+        if not cells:
+            return None
+        return float(np.mean([c["ARI"] for c in cells]))
+
+    # The summary: one number per method and split, the mean over the data sets.
+    body.append("## Summary: mean ARI over the data sets")
+    body.append(
+        f"Mean over the {len(shapes)} data sets of the per-data-set mean ARI (the next table "
+        "has each data set). The centralized rows fit the pooled data, whatever the split."
+    )
+    rows = []
+    for name in CENTRAL:
+        value = np.mean([mean_ari(d, "central", name) for d in shapes])
+        rows.append([name] + [f"{value:.2f}"] * len(parts))
+    for m in methods:
+        row = [m]
+        for part in parts:
+            values = [mean_ari(d, part, m) for d in shapes]
+            if any(v is None for v in values):
+                row.append("n/a" if all(v is None for v in values) else "—")
+            else:
+                row.append(f"{np.mean(values):.2f}")
+        rows.append(row)
+    body.append(markdown_table(["method"] + parts, rows))
+
     # The side-by-side view: ARI of every method, next to centralized k-means.
     body.append("## ARI side by side")
     body.append(
-        "Mean ARI over seeds. `ref` is centralized `KMeans(n_init=10)` on the same data; "
-        "`n/a`: the estimator accepts data split by rows only."
+        "Mean ARI over seeds. `ref` is centralized `KMeans(n_init=10)` on the same data, "
+        "`SC` centralized `SpectralClustering(affinity='nearest_neighbors')` (the fairer "
+        "reference of the spectral methods, FedSC and OmniFC); `n/a`: the estimator accepts "
+        "data split by rows only."
     )
-    parts = list(args.partitions)
     short = {m: m.replace("Clustering", "").replace("Federated", "Fed") for m in methods}
     rows = []
     for dataset in shapes:
-        ref = np.mean([c["ARI"] for c in results[(dataset, "central", REFERENCE)]])
+        ref = mean_ari(dataset, "central", REFERENCE)
+        sc = mean_ari(dataset, "central", "SpectralClustering (central)")
         for part in parts:
-            row = [dataset, part, f"{ref:.2f}"]
+            row = [dataset, part, f"{ref:.2f}", f"{sc:.2f}"]
             for m in methods:
                 cells = results.get((dataset, part, m))
                 if (dataset, part, m) in not_applicable:
@@ -198,9 +229,8 @@ def grid_page(args, argv, results, not_applicable, errors, shapes, elapsed):
                 else:
                     row.append(f"{np.mean([c['ARI'] for c in cells]):.2f}")
             rows.append(row)
-    body.append(
-        markdown_table(["data set", "partition", "ref"] + [short[m] for m in methods], rows)
-    )
+    header = ["data set", "partition", "ref", "SC"] + [short[m] for m in methods]
+    body.append(markdown_table(header, rows))
 
     body.append("## Clustering quality")
     rows = []
