@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
 from ..federation._inputs import input_form
-from ..secure import SecureAggregator, agree_bound
+from ..secure import SumChannel
+from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._kfed import kfed_local_centers, kfed_server_step
 
@@ -50,27 +51,6 @@ class FederatedKMeansError(RuntimeError):
 # --------------------------------------------------------------------------- #
 # Client steps
 # --------------------------------------------------------------------------- #
-def fedkmeans_rows(data, inbox, state, party):
-    """Client step for bound agreement: the rows themselves (only their largest |x| is used)."""
-    return Reply(send=data)
-
-
-def fedkmeans_deviations(data, inbox, state, party, *, mean):
-    """Client step for bound agreement: the rows' deviations from the public ``mean``."""
-    return Reply(send=data - np.asarray(mean))
-
-
-def fedkmeans_raw_moments(data, inbox, state, party):
-    """Client step: column sums and the number of rows."""
-    return Reply(send=(data.sum(axis=0), np.array([data.shape[0]], dtype=np.int64)))
-
-
-def fedkmeans_centered_moments(data, inbox, state, party, *, mean):
-    """Client step: sums of the deviations from ``mean`` and of their squares, per feature."""
-    deviations = data - np.asarray(mean)
-    return Reply(send=(deviations.sum(axis=0), np.einsum("ij,ij->j", deviations, deviations)))
-
-
 def _cluster_sums(values, labels, n_clusters):
     # A sparse one-hot product: O(n d) in one pass, and a fixed summation order
     # (unlike a BLAS product, whose order may depend on its threads), so every
@@ -303,21 +283,6 @@ def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
 # --------------------------------------------------------------------------- #
 # Server side
 # --------------------------------------------------------------------------- #
-def add_up(received):
-    """Server step without secure aggregation: the sum of the clients' payloads (in float)."""
-    payloads = received.list()
-
-    def add(items):
-        if isinstance(items[0], tuple):
-            return tuple(add([p[i] for p in items]) for i in range(len(items[0])))
-        total = np.array(items[0], copy=True)
-        for item in items[1:]:
-            total = total + np.asarray(item)
-        return total
-
-    return add(payloads)
-
-
 def nearest_radius(centers, mean, spread):
     """A distance within which every row lies of its nearest center.
 
@@ -327,30 +292,6 @@ def nearest_radius(centers, mean, spread):
     """
     gaps = spread + np.abs(np.asarray(centers) - np.asarray(mean))
     return float(np.sqrt(np.einsum("ij,ij->i", gaps, gaps)).min())
-
-
-class _Adder:
-    """The fit's sums: secure aggregation, or each client's vector to the server."""
-
-    def __init__(self, runtime, *, secure, seed, degree=None):
-        self.runtime = runtime
-        self.secure = secure
-        self.aggregator = SecureAggregator(runtime, seed=seed, degree=degree) if secure else None
-
-    def sum(self, step, *, tag, bounds, clients, **public):
-        if self.secure:
-            return self.aggregator.sum(step, tag=tag, bounds=bounds, clients=clients, **public)
-        self.runtime.stage(f"client step: {tag} (each client's vector to the server)")
-        received = self.runtime.run(step, tag=tag, clients=clients, may_drop=True, **public)
-        if not received:
-            raise FederatedKMeansError(f"no client answered the sum {tag!r}")
-        return self.runtime.server(add_up, received), sorted(received)
-
-    def bound(self, step, *, tag, clients, **public):
-        """A public power-of-two bound on what ``step`` sends (``None`` without secure sums)."""
-        if not self.secure:
-            return None
-        return agree_bound(self.aggregator, step, tag=tag, clients=clients, **public)
 
 
 def _relocate_empty(centers, new, sums, counts, inertia, far):
@@ -584,20 +525,20 @@ class FederatedKMeans(
     def _moments(self, runtime, adder, clients):
         """Mean, per-feature variance and deviation bound of the pooled rows (secure sums)."""
         n_c = self._max_size(runtime, clients)
-        raw = adder.bound(fedkmeans_rows, tag="bound on the rows", clients=clients)
+        raw = adder.bound(moments_rows, tag="bound on the rows", clients=clients)
         bounds = None if raw is None else [_MARGIN * n_c * raw, None]
         (sums, count), survivors = adder.sum(
-            fedkmeans_raw_moments, tag="sums and counts", bounds=bounds, clients=clients
+            moments_raw, tag="sums and counts", bounds=bounds, clients=clients
         )
         self._check_survivors("sums and counts", clients, survivors)
         n = int(count[0])
         rough = sums / n
         spread = adder.bound(
-            fedkmeans_deviations, tag="bound on the deviations", clients=survivors, mean=rough
+            moments_deviations, tag="bound on the deviations", clients=survivors, mean=rough
         )
         bounds = None if spread is None else [_MARGIN * n_c * spread, _MARGIN * n_c * spread**2]
         (first, second), survivors2 = adder.sum(
-            fedkmeans_centered_moments,
+            moments_centered,
             tag="centered moments",
             bounds=bounds,
             clients=survivors,
@@ -751,7 +692,7 @@ class FederatedKMeans(
         # A sampled client needs sampled neighbours to mask with: with sampling
         # the secure-sum graph is complete.
         degree = runtime.n_clients - 1 if self.client_fraction < 1.0 else None
-        adder = _Adder(
+        adder = SumChannel(
             runtime,
             secure=self.secure_aggregation,
             seed=int(random_state.randint(np.iinfo(np.int32).max)),
@@ -867,7 +808,7 @@ class FederatedKMeans(
             return self._score(runtime)
 
     def _score(self, runtime):
-        adder = _Adder(runtime, secure=self.secure_aggregation, seed=0)
+        adder = SumChannel(runtime, secure=self.secure_aggregation, seed=0)
         clients = list(range(runtime.n_clients))
         # The model's centers are public to the holders of X's rows.
         centers = self.cluster_centers_
