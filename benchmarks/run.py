@@ -17,6 +17,7 @@ standardized data and the same simulated client splits. Writes two pages:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -300,8 +301,11 @@ def speed_page(args, argv, results, shapes):
         "Times on the small data sets are dominated by the per-round and per-step overhead "
         "of the simulation, not by arithmetic; for scaling to 100,000 rows and more see the "
         "methods' own speed pages.",
-        "The machine is shared: other processes ran during the measurement, so single "
-        "times can be off by a factor of two; compare ratios within a data set.",
+        "The machine is shared: other processes ran during the measurement (load average "
+        f"{args.load[0]:.1f} at the start of the run, {args.load[1]:.1f} at its end, on "
+        f"{os.cpu_count()} cores), and scikit-learn's threads wait for each other on a busy "
+        "machine, so the reference's time, and with it every ratio, can move several-fold "
+        "from one run to the next; compare methods within a column.",
         machine_line(),
         f"Package at commit {git_commit()}.",
         f"Command: `{command(argv)}`",
@@ -351,6 +355,7 @@ def main(argv=None):
     suffix = args.name if args.name is not None else ("_quick" if args.quick else "")
 
     start = time.perf_counter()
+    load_start = os.getloadavg()[0]
     estimators = [(n, c) for n, c in all_estimators() if not args.methods or n in args.methods]
     warm_up(estimators, args.clients)
     results = defaultdict(list)
@@ -376,6 +381,7 @@ def main(argv=None):
                         results[(dataset, part, name)].append(row)
             print(f"{dataset}: seed {seed} done ({time.perf_counter() - start:.0f} s)", flush=True)
     elapsed = time.perf_counter() - start
+    args.load = (load_start, os.getloadavg()[0])
 
     # Pages of a partial run get their own names and titles: the docs publish every page
     # under its title, and bench_speed.py writes speed_quick.md.
