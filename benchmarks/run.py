@@ -22,12 +22,14 @@ import sys
 import time
 import warnings
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import AgglomerativeClustering, KMeans, SpectralClustering
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
@@ -128,6 +130,16 @@ def warm_up(estimators, clients):
         run_cell(make_estimator(name, cls, 3, spec, 0, clients), X, y)
 
 
+def threads_sentence(args):
+    if not args.threads:
+        return "Every fit used the libraries' default BLAS and OpenMP threads."
+    return (
+        f"Every fit, the reference included, ran with {args.threads} BLAS and OpenMP "
+        f"thread{'s' if args.threads > 1 else ''} (`--threads`): on a busy machine a "
+        "multi-threaded fit waits at each parallel region for a descheduled thread."
+    )
+
+
 def ratio(r):
     return f"{r:.0f}×" if r >= 10 else (f"{r:.1f}×" if r >= 1 else f"{r:.2f}×")
 
@@ -164,7 +176,7 @@ def grid_page(args, argv, results, not_applicable, errors, shapes, elapsed):
         f"Feature splits: `vertical`, {args.clients} feature blocks (at most one per "
         "feature), every client holding every row; `hybrid`, "
         f"{max(args.clients // 2, 1)} row groups × 2 feature blocks. Centralized references "
-        "fit the pooled data once per seed."
+        f"fit the pooled data once per seed. {threads_sentence(args)}"
     )
     datasets = ", ".join(f"{d} ({n} × {p}, k = {k})" for d, (n, p, k) in shapes.items())
     body = [
@@ -301,11 +313,10 @@ def speed_page(args, argv, results, shapes, reference_times):
         "Times on the small data sets are dominated by the per-round and per-step overhead "
         "of the simulation, not by arithmetic; for scaling to 100,000 rows and more see the "
         "methods' own speed pages.",
-        "The machine is shared: other processes ran during the measurement (load average "
-        f"{args.load[0]:.1f} at the start of the run, {args.load[1]:.1f} at its end, on "
-        f"{os.cpu_count()} cores), and scikit-learn's threads wait for each other on a busy "
-        "machine, so the reference's time, and with it every ratio, can move several-fold "
-        "from one run to the next; compare methods within a column.",
+        f"{threads_sentence(args)} The machine is shared: other processes ran during the "
+        f"measurement (load average {args.load[0]:.1f} at the start of the run, "
+        f"{args.load[1]:.1f} at its end, on {os.cpu_count()} cores), so single times move "
+        "with the load; compare methods within a column.",
         machine_line(),
         f"Package at commit {git_commit()}.",
         f"Command: `{command(argv)}`",
@@ -331,27 +342,8 @@ def speed_page(args, argv, results, shapes, reference_times):
     return "\n\n".join(body)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=DATASETS)
-    parser.add_argument(
-        "--partitions", nargs="+", default=DEFAULT_PARTITIONS, choices=list(PARTITIONS)
-    )
-    parser.add_argument("--methods", nargs="+", default=None, help="estimator names")
-    parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="iris and wine, 2 seeds")
-    parser.add_argument(
-        "--name",
-        default=None,
-        help="suffix of the results files (default: none; '_quick' with --quick)",
-    )
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.datasets, args.seeds = ["iris", "wine"], 2
-    suffix = args.name if args.name is not None else ("_quick" if args.quick else "")
-
+def run_grid(args):
+    """Fit every cell; return what the two pages are written from."""
     start = time.perf_counter()
     load_start = os.getloadavg()[0]
     estimators = [(n, c) for n, c in all_estimators() if not args.methods or n in args.methods]
@@ -367,8 +359,8 @@ def main(argv=None):
         for seed in range(args.seeds):
             for central_name, make in CENTRAL.items():
                 results[(dataset, "central", central_name)].append(run_cell(make(k, seed), X, y))
-            # The reference of the speed page, timed twice more: on a busy machine a single
-            # KMeans fit (OpenMP threads waiting for each other) can be several times slower.
+            # The reference of the speed page is timed twice more: its fastest fit is the
+            # least disturbed by the other processes of a shared machine.
             reference_times[dataset].append(results[(dataset, "central", REFERENCE)][-1]["time"])
             for _ in range(2):
                 cell = run_cell(CENTRAL[REFERENCE](k, seed), X, y)
@@ -385,8 +377,43 @@ def main(argv=None):
                     else:
                         results[(dataset, part, name)].append(row)
             print(f"{dataset}: seed {seed} done ({time.perf_counter() - start:.0f} s)", flush=True)
-    elapsed = time.perf_counter() - start
     args.load = (load_start, os.getloadavg()[0])
+    return results, reference_times, not_applicable, errors, shapes, time.perf_counter() - start
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=DATASETS)
+    parser.add_argument(
+        "--partitions", nargs="+", default=DEFAULT_PARTITIONS, choices=list(PARTITIONS)
+    )
+    parser.add_argument("--methods", nargs="+", default=None, help="estimator names")
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="iris and wine, 2 seeds")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS and OpenMP threads of every fit (0: the libraries' defaults)",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="suffix of the results files (default: none; '_quick' with --quick)",
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.datasets, args.seeds = ["iris", "wine"], 2
+    suffix = args.name if args.name is not None else ("_quick" if args.quick else "")
+
+    # One thread by default: on a shared machine a multi-threaded scikit-learn fit waits at
+    # every parallel region for a descheduled thread; the reference KMeans took 0.12 s on
+    # iris and 0.008 s on breast_cancer in one such run.
+    limits = threadpool_limits(args.threads) if args.threads else nullcontext()
+    with limits:
+        results, reference_times, not_applicable, errors, shapes, elapsed = run_grid(args)
 
     # Pages of a partial run get their own names and titles: the docs publish every page
     # under its title, and bench_speed.py writes speed_quick.md.
