@@ -265,15 +265,33 @@ def _default_name(node_config):
 # --------------------------------------------------------------------------- #
 # The node's private state in its Context
 # --------------------------------------------------------------------------- #
-def _node_record(context):
-    if NODE not in context.state.config_records:
-        raise RuntimeError("this node has not answered a handshake yet")
-    return context.state.config_records[NODE]
+def _key(which, session):
+    # Every fit keeps its records under its own session id: a message of an
+    # aborted fit still in flight (its handshake, say) cannot overwrite the
+    # records of the fit that follows it.
+    return f"{which}:{session}"
 
 
-def _load_state(context, which=STATE):
-    record = _node_record(context)
-    arrays = context.state.array_records[which]
+def _node_record(context, session):
+    key = _key(NODE, session)
+    if key not in context.state.config_records:
+        raise RuntimeError(
+            f"this node holds no handshake of fit {session!r} (the fit ended, or the node "
+            "restarted, or another fit was started on the same nodes)"
+        )
+    return context.state.config_records[key]
+
+
+def _drop_records(context):
+    """Forget the records of every fit (the one ending, and any that was aborted)."""
+    for store in (context.state.config_records, context.state.array_records):
+        for key in [k for k in store.keys() if k.split(":", 1)[0] in (NODE, STATE, OUTPUTS)]:
+            del context.state[key]
+
+
+def _load_state(context, session, which=STATE):
+    record = _node_record(context, session)
+    arrays = context.state.array_records[_key(which, session)]
     # The objects were pickled by this node into its own Context (below); nothing
     # another party sent is ever unpickled.
     objects = [
@@ -283,10 +301,10 @@ def _load_state(context, which=STATE):
     return decode(record[which], arrays, "state", objects=objects)
 
 
-def _save_state(context, state, which=STATE):
+def _save_state(context, session, state, which=STATE):
     objects = []
     skeleton, arrays = encode(state, "the client's state", objects=objects)
-    record = _node_record(context)
+    record = _node_record(context, session)
     for key in [k for k in record.keys() if k.startswith(f"{which}.object.")]:
         del record[key]
     # What a step keeps may be any object (a fitted transformer); it stays in
@@ -295,7 +313,9 @@ def _save_state(context, state, which=STATE):
         record[f"{which}.object.{i}"] = pickle.dumps(obj)
     record[f"{which}.n_objects"] = len(objects)
     record[which] = skeleton
-    context.state[which] = ArrayRecord({str(i): Array(np.asarray(a)) for i, a in enumerate(arrays)})
+    context.state[_key(which, session)] = ArrayRecord(
+        {str(i): Array(np.asarray(a)) for i, a in enumerate(arrays)}
+    )
 
 
 def _private_entropy(node_config):
@@ -339,17 +359,18 @@ class _Service:
         NodePolicy.from_node_config(context.node_config).check_method(str(control.get("method")))
         data, names = self.data(context)
         keys = _crypto.KeyPair()
-        context.state[NODE] = ConfigRecord(
+        session = str(control["session"])
+        context.state[_key(NODE, session)] = ConfigRecord(
             {
-                "session": str(control["session"]),
+                "session": session,
                 "private_key": keys.private_bytes,
                 "private_entropy": _private_entropy(context.node_config),
                 "begin": "",
                 "last": "{}",
             }
         )
-        _save_state(context, {})
-        _save_state(context, {}, OUTPUTS)
+        _save_state(context, session, {})
+        _save_state(context, session, {}, OUTPUTS)
         name = self.client_name(context.node_config)
         layout = self.layout(context.node_config) if data is not None else None
         if layout is not None:
@@ -375,13 +396,7 @@ class _Service:
         return to_content(reply)
 
     def _session(self, context, control):
-        record = _node_record(context)
-        if record["session"] != control.get("session"):
-            raise RuntimeError(
-                f"this node answered the handshake of fit {record['session']!r}, not of "
-                f"{control.get('session')!r} (was another fit started on the same nodes?)"
-            )
-        return record
+        return _node_record(context, str(control.get("session")))
 
     def step(self, message, context):
         control, body, sealed = from_content(message.content, "step message")
@@ -438,17 +453,17 @@ class _Service:
             int(record["private_entropy"]),
             stream=(int(control["exchange"]),),
         )
-        state = _load_state(context)
+        state = _load_state(context, session)
         with allowed_step_modules(self.allowed_modules):
             reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         policy.check_outgoing(data, reply.send, reply.to_peers, control["step"])
         state.update(reply.keep)
-        _save_state(context, state)
+        _save_state(context, session, state)
         if reply.output:
-            outputs = _load_state(context, OUTPUTS)
+            outputs = _load_state(context, session, OUTPUTS)
             outputs.update(reply.output)
-            _save_state(context, outputs, OUTPUTS)
+            _save_state(context, session, outputs, OUTPUTS)
         record["last"] = json.dumps({str(k): v for k, v in last.items()})
 
         n_parties = int(begin["n_parties"])
@@ -486,8 +501,8 @@ class _Service:
 
     def finish(self, message, context):
         control, _, _ = from_content(message.content, "finish message")
-        self._session(context, control)
-        outputs = _load_state(context, OUTPUTS)
+        record = self._session(context, control)
+        outputs = _load_state(context, record["session"], OUTPUTS)
         written = {}
         for key, values in outputs.items():
             where = self.save_output(context.node_config, key, values)
@@ -498,10 +513,9 @@ class _Service:
                 )
             else:
                 logger.info("node %s: %r written to %s", context.node_id, key, where)
-        # The fit is over: its keys, state and outputs leave the node's Context.
-        del context.state[NODE]
-        del context.state[STATE]
-        del context.state[OUTPUTS]
+        # The fit is over: its keys, state and outputs leave the node's Context,
+        # with what any aborted fit left there.
+        _drop_records(context)
         return to_content({"session": control["session"], "written": written})
 
     # -- dispatch ----------------------------------------------------------------

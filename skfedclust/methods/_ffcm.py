@@ -372,6 +372,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
                 fuzzifier=float(self.fuzzifier),
                 n_local_iter=self.n_local_iter,
             )
+            runtime.stage("server step: centers moved by the total mass-weighted moves")
             new = centers.copy()
             filled = masses > 0
             new[filled] = centers[filled] + moves[filled] / masses[filled, None]
