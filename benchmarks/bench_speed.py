@@ -4,7 +4,8 @@ Every ``benchmarks/speed_<method>.py`` module exposes ``cases(quick) -> list[dic
 with keys ``name``, ``federated`` and ``reference`` (zero-argument callables),
 ``reference_name`` and ``goal_ratio`` (or None). Both callables of a case are timed in
 the same run, on the same machine, so the ratio is meaningful even where absolute times
-are not. Writes ``benchmarks/results/speed.md``.
+are not. Writes ``benchmarks/results/speed_ratios.md`` (``speed.md`` is the grid
+runner's, ``benchmarks/run.py``); list a new results page in ``doc/benchmarks.rst``.
 
     python benchmarks/bench_speed.py --quick
     python benchmarks/bench_speed.py --only kfed feca
@@ -85,7 +86,7 @@ def main(argv=None):
             markdown_table(header, rows),
         ]
     )
-    name = "speed_quick" if args.quick else "speed"
+    name = "speed_ratios_quick" if args.quick else "speed_ratios"
     if args.only:
         name += "_" + "_".join(args.only)
     write_result(name, "Speed: ratios to centralized scikit-learn", body)

@@ -416,7 +416,7 @@ def main(argv=None):
         results, reference_times, not_applicable, errors, shapes, elapsed = run_grid(args)
 
     # Pages of a partial run get their own names and titles: the docs publish every page
-    # under its title, and bench_speed.py writes speed_quick.md.
+    # under its title, and bench_speed.py writes speed_ratios.md.
     tag = f" ({suffix.strip('_')})" if suffix else ""
     grid = grid_page(args, argv, results, not_applicable, errors, shapes, elapsed)
     write_result(f"grid{suffix}", f"Grid: every estimator on the demo data sets{tag}", grid)

@@ -1167,7 +1167,7 @@ def test_the_example_app_checks_its_run_config_before_contacting_nodes():
     finally:
         sys.path.remove(str(EXAMPLE_APP))
     config = {"method": "kfed", "n-clusters": 3, "random-state": 0, "params": "{}"}
-    names = {"kfed", "feca", "mavg", "ffcm", "kumar", "gold", "fedsc", "dc", "omnifc"}
+    names = {"kfed", "feca", "mavg", "ffcm", "kumar", "gold", "fedsc", "dc", "omnifc", "fedkmeans"}
     assert set(server_app.METHODS) == names
     for method in names:
         estimator = server_app.make_estimator({**config, "method": method})

@@ -28,6 +28,7 @@ METHODS = {
     "fedsc": "FedSpectralClustering",
     "dc": "DCClustering",
     "omnifc": "OmniFCClustering",
+    "fedkmeans": "FederatedKMeans",
 }
 
 app = ServerApp()
