@@ -17,7 +17,6 @@ every peer message twice (sender to server, server to recipient) as ciphertext.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 import warnings
@@ -49,8 +48,6 @@ try:
     from flwr.app import Message
 except ImportError:  # pragma: no cover
     Message = None
-
-logger = logging.getLogger("skfedclust.flower")
 
 __all__ = [
     "FlowerNodeError",
