@@ -931,7 +931,12 @@ def _same_sparse(A, B):
 
 
 @pytest.mark.parametrize("copies", [0, 4])
-def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies):
+@pytest.mark.parametrize("block", [512, 48])
+def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies, block, monkeypatch):
+    from skfedclust.secure import _lcc
+
+    # small blocks: many tiles on both threads, rows meeting their copies off the diagonal
+    monkeypatch.setattr(_lcc, "BLOCK_SIZE", block)
     X = _tied_with_duplicates(copies=copies)
     est = OmniFCClustering(4, random_state=0).fit(X)
     assert not hasattr(est, "dissimilarity_matrix_")
@@ -952,8 +957,11 @@ def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies):
     ],
 )
 @pytest.mark.parametrize("copies", [0, 5])
-def test_streamed_labels_equal_the_dense_path(clusterer, params, copies):
+def test_streamed_labels_equal_the_dense_path(clusterer, params, copies, monkeypatch):
     from skfedclust.methods._omnifc import server_cluster
+    from skfedclust.secure import _lcc
+
+    monkeypatch.setattr(_lcc, "BLOCK_SIZE", 64)
 
     X = _tied_with_duplicates(copies=copies)
     streamed = OmniFCClustering(
@@ -992,17 +1000,28 @@ def test_a_second_pass_settles_the_median_and_crowded_neighbour_lists(monkeypatc
     assert extra == 7 * 4 * n * (n - 1) // 2
 
 
-def test_streaming_median_is_exact_in_its_window():
-    from skfedclust.secure._lcc import _StreamingMedian
+@pytest.mark.parametrize("sample, window", [(2**22, 2**23), (100, 2**20), (100, 8)])
+def test_streaming_median_is_exact(sample, window, monkeypatch):
+    from skfedclust.secure import _lcc
 
+    # all values kept; a window that holds the median; one that misses it (a recount)
+    monkeypatch.setattr(_lcc, "MEDIAN_SAMPLE", sample)
+    monkeypatch.setattr(_lcc, "MEDIAN_WINDOW", window)
     rng = np.random.default_rng(0)
-    for size in (1, 2, 101, 5000):
-        values = rng.integers(1, 2**20, size=size)
-        med = _StreamingMedian(2**29)
+    for size in (1, 2, 101, 5000, 5001):
+        values = rng.permutation(rng.integers(1, 2**20, size=size))
+        med = _lcc._StreamingMedian(2**29)
+        passes = 1
         for chunk in np.array_split(values, 7):
             med.add(chunk)
-        assert med.settle(0.25)
+        if not med.settle(0.25):
+            passes += 1
+            for chunk in np.array_split(values, 5):
+                med.add(chunk)
+            assert med.settle(0.25)
         assert med.result == np.median(values * 0.25)
+        # the window is opened from the first chunks: it misses the median of all
+        assert passes == (2 if window == 8 and size > 7 * sample else 1)
 
 
 def test_memory_of_the_streamed_fit_does_not_grow_with_n_squared():
