@@ -189,6 +189,10 @@ SUPERLINK_NODE_ID = 1
 DEFAULT_POLL_INTERVAL = 0.1
 
 
+#: Seconds an exchange that met an error waits for the other nodes' replies.
+ERROR_GRACE = 30.0
+
+
 def _replies(grid, messages, *, timeout, poll_interval):
     """Push ``messages`` and yield batches of replies as they arrive, until all are in.
 
@@ -245,13 +249,18 @@ def _exchange(
     Replies are matched to their message by ``reply_to_message_id``, not by
     sender: an error reply the SuperLink makes itself (a node that stopped
     sending heartbeats) comes from the SuperLink, not from the node. The first
-    error ends the exchange, without waiting for the other nodes.
+    error ends the exchange once the other nodes have answered (or
+    :data:`ERROR_GRACE` seconds have passed): a message left in flight would
+    still be handled by its node after the fit has moved on, and a node's
+    Context written back by that late handler can undo what a later fit's
+    messages wrote (Flower's simulation runtime does this).
     """
     for message, party in zip(messages, parties):
         transport.add_message("to", message, party, kind)
     by_node = {m.metadata.dst_node_id: p for m, p in zip(messages, parties)}
     replies = {}
     started = time.monotonic()
+    failure, failed_at = None, None
     for batch in _replies(grid, messages, timeout=timeout, poll_interval=poll_interval):
         for reply in batch:
             node_id = _destination(reply, messages)
@@ -261,8 +270,16 @@ def _exchange(
                 if may_drop:
                     logger.warning("%s dropped out of %s", _who(by_node[node_id], node_id), what)
                     continue
-                raise _node_error(reply, node_id, by_node[node_id], what)
+                if failure is None:
+                    failure = _node_error(reply, node_id, by_node[node_id], what)
+                    failed_at = time.monotonic()
+                replies[node_id] = reply
+                continue
             replies[node_id] = reply
+        if failure is not None and time.monotonic() - failed_at >= ERROR_GRACE:
+            break
+    if failure is not None:
+        raise failure
     missing = [n for n in by_node if n not in replies]
     if missing and not may_drop:
         parties_missing = [by_node[n] for n in missing]
