@@ -41,6 +41,8 @@ _NAMES = {
     "FuzzyCMeans": "_precomputed",
     "HierarchicalLinkage": "_precomputed",
     "KMedoids": "_precomputed",
+    "AMG_MIN_VERTICES": "_spectral",
+    "choose_eigen_solver": "_spectral",
     "REMCResult": "_remc",
     "WeightedKModes": "_remc",
     "categorical_divergence": "_remc",

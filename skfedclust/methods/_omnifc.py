@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validat
 
 from ..clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from ..clusterers._memory import check_dense_memory
+from ..clusterers._spectral import choose_eigen_solver
 from ..federation import Federation, InProcessRuntime, Reply, logger
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
@@ -412,9 +413,12 @@ def _fit_spectral(affinity, gamma, distinct, params, n_clusters, seed):
         # affinity, which is small here (no more vertices than clusters)
         affinity = affinity.toarray()
     params.setdefault("random_state", seed)
+    # None chooses by size: ARPACK's shift-invert factorization fills in on large k-NN graphs
+    params["eigen_solver"] = choose_eigen_solver(params.get("eigen_solver"), affinity)
     est = SpectralClustering(n_clusters=n_clusters, affinity="precomputed", **params)
     logger.debug(
-        "spectral: embedding and k-means of the %d-vertex %s graph",
+        "spectral: embedding (%s) and k-means of the %d-vertex %s graph",
+        params["eigen_solver"],
         affinity.shape[0],
         "sparse" if sp.issparse(affinity) else "dense",
     )
@@ -730,7 +734,14 @@ class OmniFCClustering(BaseFederatedClustering):
           which keeps outlying rows attached to their neighbours. Giving a
           number, ``clusterer_params={"gamma": 1.0}``, uses the dense kernel
           ``exp(-gamma * D)`` over every pair, scikit-learn's rbf affinity
-          with that ``gamma``, which is the paper's literal setting;
+          with that ``gamma``, which is the paper's literal setting.
+          ``clusterer_params={"eigen_solver": ...}`` sets the solver of the
+          embedding: ``None`` (the default) is ARPACK below
+          :data:`~skfedclust.clusterers.AMG_MIN_VERTICES` distinct rows
+          (20,000) or on the dense kernel, and ``"amg"`` (``"lobpcg"``
+          without pyamg) on a larger graph, where ARPACK's shift-invert
+          factorization fills in; ``"arpack"``, ``"lobpcg"`` or ``"amg"``
+          forces one;
         - ``"dbscan"``: :class:`~sklearn.cluster.DBSCAN` on ``sqrt(D)``;
         - ``"agglomerative"``: scipy linkage (``linkage="ward"`` by default)
           on ``sqrt(D)``, cut into ``n_clusters``;
