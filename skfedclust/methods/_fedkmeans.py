@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
 from ..federation._inputs import input_form
-from ..secure import SumChannel
+from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._kfed import kfed_local_centers, kfed_server_step
@@ -281,6 +281,161 @@ def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
 
 
 # --------------------------------------------------------------------------- #
+# Differentially private Lloyd (privacy="dp")
+# --------------------------------------------------------------------------- #
+def _gaussian(party, sigma, shape):
+    # The party's private generator: nobody else can regenerate its noise.
+    return party.rng.normal(0.0, sigma, size=shape) if sigma > 0 else np.zeros(shape)
+
+
+def fedkmeans_dp_extremes(data, inbox, state, party):
+    """Client step: per-feature minimum and maximum of the rows (bounds from the data)."""
+    return Reply(send=(data.min(axis=0), data.max(axis=0)))
+
+
+def fedkmeans_dp_moments(data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares):
+    """Client step of the private ``"random"`` start: noisy first and second moments.
+
+    Rows are clipped to the public box ``[lower, upper]`` and centred on its
+    midpoint; sent are the column sums of the centred rows and of their
+    squares, each with Gaussian noise of the given standard deviation drawn
+    from the party's private generator.
+    """
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    centred = np.clip(data, lower, upper) - (lower + upper) / 2
+    d = data.shape[1]
+    return Reply(
+        send=(
+            centred.sum(axis=0) + _gaussian(party, sigma_sums, d),
+            np.einsum("ij,ij->j", centred, centred) + _gaussian(party, sigma_squares, d),
+        )
+    )
+
+
+def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, sigma_counts):
+    """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
+
+    Rows are clipped to the public box, assigned to the nearest of the
+    server's centers, and summed per cluster around the box's midpoint; the
+    sums get Gaussian noise of standard deviation ``sigma``, the counts of
+    ``sigma_counts``, both from the party's private generator.
+    """
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    centers = np.asarray(inbox[TAG_CENTERS])
+    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
+    # Deviations from the centers, moved to the midpoint: every row then adds
+    # at most half the box's diagonal, whatever the centers.
+    sums = sums + counts[:, None] * (centers - (lower + upper) / 2)
+    return Reply(
+        send=(
+            sums + _gaussian(party, sigma, sums.shape),
+            counts + _gaussian(party, sigma_counts, counts.shape),
+        )
+    )
+
+
+def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, output):
+    """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
+
+    With ``output`` the client also hands its user the labels of its rows
+    (nearest center of the rows as they are, as ``predict`` gives).
+    """
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    centers = np.asarray(inbox[TAG_CENTERS])
+    clipped = np.clip(data, lower, upper)
+    deviations = clipped - centers[nearest_center(clipped, centers)]
+    inertia = np.array([np.einsum("ij,ij->", deviations, deviations)])
+    labels = nearest_center(data, centers) if output else None
+    return Reply(
+        send=inertia + _gaussian(party, sigma, 1),
+        output={"labels": labels} if output else None,
+    )
+
+
+#: Lloyd iterations of the private fit at most, and at least, under
+#: ``dp_max_iter="auto"`` (the rule of Su et al. 2016, as diffprivlib uses).
+_DP_ITER_RANGE = (2, 7)
+#: Standard deviations of a client's noise within its fixed-point bound: the
+#: bound is exceeded with probability below 1e-340.
+_NOISE_HEADROOM = 40.0
+
+
+def su_iterations(epsilon, n_samples, n_features, n_clusters, rho=0.225):
+    """Lloyd iterations for a private k-means at ``epsilon``: Su et al.'s rule.
+
+    Su, Cao, Li, Bertino and Jin ("Differentially private k-means
+    clustering", CODASPY 2016) estimate the budget one iteration needs,
+    ``epsilon_m = sqrt(500 k^3 / n^2 (d + (4 d rho^2)^(1/3))^3)``, and run
+    ``epsilon / epsilon_m`` iterations, between 2 and 7 (diffprivlib's
+    ``KMeans`` uses the same rule).
+    """
+    k, n, d = n_clusters, max(n_samples, 1), n_features
+    per_iteration = math.sqrt(500 * k**3 / n**2 * (d + (4 * d * rho**2) ** (1 / 3)) ** 3)
+    low, high = _DP_ITER_RANGE
+    return int(max(min(epsilon / per_iteration, high), low))
+
+
+class DPPlan:
+    """Noise of every release of a private federated k-means fit (replace-one neighbours).
+
+    Rows are clipped to the public box ``[lower, upper]`` of width ``w``;
+    every release is a Gaussian mechanism, and the ``compositions`` releases
+    of the fit share the budget equally (each is ``mu``-GDP with the same
+    ``mu``), so the fit is ``(epsilon, delta)``-DP exactly.
+
+    - Per Lloyd iteration, the per-cluster sums of the rows centred on the
+      box's midpoint, noise ``sigma``, and the counts, noise ``2 sigma /
+      ||w||``: replacing a row moves a sum by at most ``||w||`` (same
+      cluster, counts unchanged) or two sums by ``||w|| / 2`` each and two
+      counts by one (another cluster), ``||w||^2 / (2 sigma^2) + 2 ||w||^2 /
+      (4 sigma^2)``; both cases give ``mu = ||w|| / sigma``.
+    - The inertia, noise ``sigma_inertia``: each row adds at most ``||w||^2``
+      (the centers stay in the box).
+    - With the ``"random"`` start, the column sums of the centred rows
+      (sensitivity ``||w||``) and of their squares (``||w^2|| / 4``), each
+      taking half of one release's ``mu^2``.
+    """
+
+    def __init__(self, lower, upper, *, epsilon, delta, n_starts, n_iter, moments):
+        self.lower = np.asarray(lower, dtype=np.float64)
+        self.upper = np.asarray(upper, dtype=np.float64)
+        width = self.upper - self.lower
+        self.diagonal = float(np.linalg.norm(width))
+        self.n_iter = int(n_iter)
+        self.moments = bool(moments)
+        self.compositions = n_starts * (self.n_iter + 1) + int(self.moments)
+        c = self.compositions
+        self.sigma = gaussian_sigma(self.diagonal, epsilon, delta, c)
+        self.sigma_counts = 2.0 * self.sigma / self.diagonal
+        self.sigma_inertia = gaussian_sigma(self.diagonal**2, epsilon, delta, c)
+        self.squares_sensitivity = float(np.linalg.norm(width**2)) / 4.0
+        self.sigma_moment_sums = gaussian_sigma(self.diagonal, epsilon, delta, 2 * c)
+        self.sigma_moment_squares = gaussian_sigma(
+            max(self.squares_sensitivity, np.finfo(float).tiny), epsilon, delta, 2 * c
+        )
+
+    @property
+    def midpoint(self):
+        return (self.lower + self.upper) / 2
+
+    def clip_centers(self, centers):
+        """Centers back in the box (post-processing: costs no privacy)."""
+        return np.clip(centers, self.lower, self.upper)
+
+    def scales(self):
+        """The standard deviations of the noise in every released sum."""
+        scales = {
+            "sums": self.sigma,
+            "counts": self.sigma_counts,
+            "inertia": self.sigma_inertia,
+        }
+        if self.moments:
+            scales["moment sums"] = self.sigma_moment_sums
+            scales["moment squares"] = self.sigma_moment_squares
+        return scales
+
+
+# --------------------------------------------------------------------------- #
 # Server side
 # --------------------------------------------------------------------------- #
 def nearest_radius(centers, mean, spread):
@@ -308,6 +463,27 @@ def _relocate_empty(centers, new, sums, counts, inertia, far):
         new[e] = centers[j] + s / m
         new[j] = centers[j] + (sums[j] - s) / (counts[j] - m)
     return new
+
+
+def _combine_extremes(received):
+    """Server step: the box of the pooled rows from the clients' extremes."""
+    uploads = received.list()
+    lower = np.min([u[0] for u in uploads], axis=0)
+    upper = np.max([u[1] for u in uploads], axis=0)
+    return lower, upper
+
+
+def _dp_centers(centers, sums, counts, plan, noise):
+    """New centers from noisy per-cluster sums and counts, kept in the box.
+
+    A cluster whose noisy count is below ``max(1, 3 noise)`` (``noise`` the
+    standard deviation of the counts' noise) keeps its center: its mean would
+    be mostly noise.
+    """
+    new = np.array(centers, dtype=np.float64, copy=True)
+    reliable = counts >= max(1.0, 3.0 * noise)
+    new[reliable] = plan.midpoint + sums[reliable] / counts[reliable, None]
+    return plan.clip_centers(new)
 
 
 def _donors(counts, inertia):
@@ -371,6 +547,29 @@ class FederatedKMeans(
         Fewest clients whose statistics must reach a sum; fewer raises
         :class:`FederatedKMeansError`. ``None`` asks for a majority of the
         clients taking part.
+    privacy : {None, "dp"}, default=None
+        ``"dp"``: differentially private Lloyd. Every iteration each client
+        clips its rows to ``bounds`` and adds Gaussian noise from its private
+        generator to its per-cluster sums and counts before the secure sum;
+        the fit is ``(epsilon, delta)``-differentially private for data sets
+        that differ in one replaced row, with exact accounting over the
+        iterations (see Notes and the :ref:`Privacy <privacy>` page).
+        Needs ``init="random"`` or an array.
+    epsilon : float, default=1.0
+        Privacy budget of the whole fit under ``privacy="dp"`` (> 0).
+    delta : float, default=1e-5
+        The ``delta`` of the guarantee under ``privacy="dp"``, in (0, 1).
+    bounds : tuple (lower, upper) or None, default=None
+        Public box of the rows under ``privacy="dp"``: numbers or arrays of
+        shape (n_features,); rows are clipped to it, and the noise grows with
+        its diagonal. ``None`` takes the box from the data (each client
+        sends its extremes) with a
+        :class:`~skfedclust.secure.PrivacyLeakWarning`.
+    dp_max_iter : int or "auto", default="auto"
+        Lloyd iterations under ``privacy="dp"`` (``max_iter`` is not used
+        there): the budget is split over them in advance. ``"auto"``: the
+        rule of Su et al. (2016), between 2 and 7 iterations, more for a
+        larger budget or more rows per cluster, as diffprivlib's ``KMeans``.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``; ``None`` gives two IID
         clients.
@@ -401,6 +600,18 @@ class FederatedKMeans(
         Rounds and bytes, secure-sum set-up included; see :class:`~skfedclust.Ledger`.
     n_features_in_ : int
         Number of features seen during fit.
+    privacy_spent_ : tuple of (float, float) or None
+        ``(epsilon, delta)`` spent under ``privacy="dp"``, read from
+        ``privacy_accountant_``; None otherwise.
+    privacy_accountant_ : PrivacyAccountant or None
+        Every release of the private fit, charged before it was made.
+    noise_scales_ : dict
+        Standard deviations of the noise in each released sum under
+        ``privacy="dp"`` (``"sums"``, ``"counts"``, ``"inertia"``, and with
+        the random start ``"moment sums"``, ``"moment squares"``); empty
+        otherwise.
+    bounds_ : tuple of ndarray
+        The box the rows were clipped to (``privacy="dp"`` only).
 
     See Also
     --------
@@ -443,6 +654,29 @@ class FederatedKMeans(
     iteration uses the others' rows. Strict convergence (no row changed
     cluster) is only declared in iterations every client answered.
 
+    **Differential privacy** (``privacy="dp"``). The server learns noisy
+    sums only: per iteration the per-cluster sums of the clipped rows
+    (centred on the box's midpoint) with noise ``sigma`` per entry and the
+    counts with noise ``2 sigma / ||w||`` (``w`` the box's widths); at the
+    end a noisy inertia; with ``init="random"`` once noisy column sums and
+    sums of squares. Replacing one row moves the sums and counts by a
+    Gaussian sensitivity of ``||w|| / sigma`` whichever clusters it leaves
+    and joins, so each iteration is ``mu``-GDP, and the fit composes exactly
+    (:func:`~skfedclust.secure.gaussian_sigma` splits ``(epsilon, delta)``
+    equally over its releases). The number of rows is public (the runtime
+    reports each client's size), which is why the relation is replace-one.
+    Each client adds ``1 / t`` of the noise variance, ``t`` the fewest
+    clients a sum accepts (``min_clients``), so a sum that is released holds
+    at least the whole noise, and the guarantee holds against the server
+    colluding with all but ``t`` of the clients that answered; without
+    secure aggregation each client adds the whole noise to what it sends
+    (its upload is then private on its own). A cluster whose noisy count is
+    below ``max(1, 3 x`` its noise) keeps its center; centers are clipped to
+    the box. The guarantee is that of the real-valued Gaussian mechanism:
+    the fixed-point rounding of the secure sum and floating point are not
+    covered by the proof. ``labels_`` are each client's own output;
+    ``score`` on new data is an exact secure sum, outside the budget.
+
     References
     ----------
     .. [1] S. P. Lloyd, "Least squares quantization in PCM", IEEE Transactions
@@ -451,6 +685,10 @@ class FederatedKMeans(
        privacy-preserving machine learning", ACM CCS 2017.
     .. [3] D. K. Dennis, T. Li and V. Smith, "Heterogeneity for the win:
        one-shot federated clustering", ICML 2021.
+    .. [4] D. Su, J. Cao, N. Li, E. Bertino and H. Jin, "Differentially
+       private k-means clustering", CODASPY 2016.
+    .. [5] J. Dong, A. Roth and W. J. Su, "Gaussian differential privacy",
+       JRSS-B 2022.
 
     Examples
     --------
@@ -460,6 +698,16 @@ class FederatedKMeans(
     >>> km = FederatedKMeans(n_clusters=3, random_state=0).fit([X[:100], X[100:200], X[200:]])
     >>> km.cluster_centers_.shape
     (3, 2)
+
+    Differentially private, with public bounds:
+
+    >>> dp = FederatedKMeans(
+    ...     n_clusters=3, init="random", privacy="dp", epsilon=5.0,
+    ...     bounds=(-15.0, 15.0), random_state=0,
+    ... ).fit([X[:100], X[100:200], X[200:]])
+    >>> epsilon, delta = dp.privacy_spent_
+    >>> round(epsilon, 6), delta
+    (5.0, 1e-05)
     """
 
     _parameter_constraints: dict = {
@@ -472,6 +720,11 @@ class FederatedKMeans(
         "secure_aggregation": ["boolean"],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
+        "privacy": [StrOptions({"dp"}), None],
+        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+        "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "bounds": [tuple, list, None],
+        "dp_max_iter": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -485,6 +738,11 @@ class FederatedKMeans(
         secure_aggregation=True,
         client_fraction=1.0,
         min_clients=None,
+        privacy=None,
+        epsilon=1.0,
+        delta=1e-5,
+        bounds=None,
+        dp_max_iter="auto",
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -498,6 +756,11 @@ class FederatedKMeans(
         self.secure_aggregation = secure_aggregation
         self.client_fraction = client_fraction
         self.min_clients = min_clients
+        self.privacy = privacy
+        self.epsilon = epsilon
+        self.delta = delta
+        self.bounds = bounds
+        self.dp_max_iter = dp_max_iter
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -584,6 +847,10 @@ class FederatedKMeans(
                     )
                 )
             return starts
+        return [self._array_init(runtime)]
+
+    def _array_init(self, runtime):
+        k = self.n_clusters
         centers = np.array(self.init, dtype=np.float64)
         if centers.shape != (k, runtime.n_features):
             raise ValueError(
@@ -596,9 +863,9 @@ class FederatedKMeans(
             warnings.warn(
                 f"an array init gives one start: n_init={self.n_init} runs once",
                 RuntimeWarning,
-                stacklevel=6,
+                stacklevel=7,
             )
-        return [centers]
+        return centers
 
     def _lloyd(self, runtime, adder, centers, active, rough, spread, tol, random_state):
         """One run of federated Lloyd from ``centers``: centers, iterations."""
@@ -681,7 +948,12 @@ class FederatedKMeans(
         # their rows to worker processes at every iteration. A backend the
         # user chose (joblib.parallel_config) still wins.
         with parallel_config(prefer="threads"):
-            self._protocol(runtime, random_state)
+            if self.privacy == "dp":
+                self._dp_protocol(runtime, random_state)
+            else:
+                self.privacy_spent_ = self.privacy_accountant_ = None
+                self.noise_scales_ = {}
+                self._protocol(runtime, random_state)
 
     def _protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
@@ -725,6 +997,223 @@ class FederatedKMeans(
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=active)
             runtime.stage("client step: nearest-center labels")
             runtime.run(fedkmeans_final_labels, tag="labels", clients=active)
+
+    # ------------------------------------------------------------ private fit
+    def _dp_bounds(self, runtime, clients):
+        """The public box of the private fit: ``bounds``, or the data's (with a warning)."""
+        d = runtime.n_features
+        if self.bounds is None:
+            warnings.warn(
+                "privacy='dp' without bounds: each client sends its per-feature minimum and "
+                "maximum, which the (epsilon, delta) guarantee does not cover; pass public "
+                "bounds=(lower, upper) to keep the data out of them",
+                PrivacyLeakWarning,
+                stacklevel=6,
+            )
+            runtime.stage("client step: per-feature extremes (bounds from the data)")
+            received = runtime.run(fedkmeans_dp_extremes, tag="data bounds", clients=clients)
+            lower, upper = runtime.server(_combine_extremes, received)
+        else:
+            if not isinstance(self.bounds, (tuple, list)) or len(self.bounds) != 2:
+                raise ValueError(
+                    "bounds must be a pair (lower, upper) of numbers or arrays of shape "
+                    f"(n_features,), got {self.bounds!r}"
+                )
+            try:
+                lower, upper = (
+                    np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy()
+                    for b in self.bounds
+                )
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"bounds must be a pair (lower, upper) of numbers or arrays of shape "
+                    f"({d},): {exc}"
+                ) from None
+        if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+            raise ValueError("bounds must be finite")
+        if np.any(lower > upper):
+            raise ValueError("bounds: every lower bound must be at most its upper bound")
+        if not np.any(upper > lower):
+            raise ValueError("bounds: the box has no width (every lower bound equals its upper)")
+        return lower, upper
+
+    def _dp_n_iter(self, runtime):
+        if self.dp_max_iter != "auto":
+            return int(self.dp_max_iter)
+        # Under replace-one neighbours the number of rows is public.
+        n = int(np.sum(runtime.client_sizes))
+        return su_iterations(self.epsilon, n, runtime.n_features, self.n_clusters)
+
+    def _noise_factor(self, participants):
+        """A client's share of the noise: every sum holds at least ``needed`` clients' noise."""
+        if not self.secure_aggregation:
+            # Each client's upload reaches the server: each carries the whole noise.
+            return 1.0
+        needed = len(participants) // 2 + 1 if self.min_clients is None else self.min_clients
+        return 1.0 / math.sqrt(min(needed, len(participants)))
+
+    def _dp_protocol(self, runtime, random_state):
+        everyone = list(range(runtime.n_clients))
+        if self.min_clients is not None and self.min_clients > runtime.n_clients:
+            raise ValueError(
+                f"min_clients={self.min_clients} but there are {runtime.n_clients} clients"
+            )
+        if isinstance(self.init, str) and self.init == "k-fed":
+            raise ValueError(
+                "init='k-fed' uploads each client's local centers, which no differential-"
+                "privacy guarantee covers; with privacy='dp' use init='random' (a start drawn "
+                "from private moments) or an array of public centers"
+            )
+        lower, upper = self._dp_bounds(runtime, everyone)
+        random_start = isinstance(self.init, str)
+        n_starts = self.n_init if random_start else 1
+        plan = DPPlan(
+            lower,
+            upper,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            n_starts=n_starts,
+            n_iter=self._dp_n_iter(runtime),
+            moments=random_start,
+        )
+        accountant = PrivacyAccountant(self.epsilon, self.delta, "replace-one")
+        self.bounds_ = (lower, upper)
+        self.privacy_accountant_ = accountant
+        self.noise_scales_ = plan.scales()
+        degree = runtime.n_clients - 1 if self.client_fraction < 1.0 else None
+        adder = SumChannel(
+            runtime,
+            secure=self.secure_aggregation,
+            seed=int(random_state.randint(np.iinfo(np.int32).max)),
+            degree=degree,
+        )
+        if adder.secure:
+            # Before the first broadcast: the set-up exchange would take it.
+            adder.aggregator.setup()
+        starts = (
+            self._dp_random_starts(runtime, adder, plan, accountant, everyone, random_state)
+            if random_start
+            else [plan.clip_centers(self._array_init(runtime))]
+        )
+        # scikit-learn's tolerance, on the variance of the box (public).
+        tol = self.tol * float(np.mean((upper - lower) ** 2)) / 12.0
+        best = None
+        for start in starts:
+            centers, n_iter = self._dp_lloyd(
+                runtime, adder, plan, accountant, start, everyone, tol, random_state
+            )
+            inertia = self._dp_inertia(
+                runtime, adder, plan, accountant, centers, everyone, output=len(starts) == 1
+            )
+            if best is None or inertia < best[0]:
+                best = (inertia, centers, n_iter)
+        self.inertia_, self.cluster_centers_, self.n_iter_ = best
+        self.privacy_spent_ = accountant.spent()
+        if len(starts) > 1:
+            runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=everyone)
+            runtime.stage("client step: nearest-center labels")
+            runtime.run(fedkmeans_final_labels, tag="labels", clients=everyone)
+
+    def _dp_random_starts(self, runtime, adder, plan, accountant, clients, random_state):
+        """Gaussian starts around the private mean, with the private per-feature variance."""
+        factor = self._noise_factor(clients)
+        n_c = self._max_size(runtime, clients)
+        half = float(np.max(plan.upper - plan.lower)) / 2
+        bounds = [
+            _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma_moment_sums),
+            _MARGIN * (n_c * half**2 + _NOISE_HEADROOM * factor * plan.sigma_moment_squares),
+        ]
+        accountant.charge("column sums", sensitivity=plan.diagonal, sigma=plan.sigma_moment_sums)
+        accountant.charge(
+            "column sums of squares",
+            sensitivity=max(plan.squares_sensitivity, np.finfo(float).tiny),
+            sigma=plan.sigma_moment_squares,
+        )
+        runtime.stage("client step: private moments of the pooled rows")
+        (sums, squares), survivors = adder.sum(
+            fedkmeans_dp_moments,
+            tag="private moments",
+            bounds=bounds,
+            clients=clients,
+            lower=plan.lower,
+            upper=plan.upper,
+            sigma_sums=factor * plan.sigma_moment_sums,
+            sigma_squares=factor * plan.sigma_moment_squares,
+        )
+        self._check_survivors("private moments", clients, survivors)
+        # The number of rows is public under replace-one neighbours.
+        n = float(np.sum(np.asarray(runtime.client_sizes)[survivors]))
+        shift = sums / n
+        mean = plan.midpoint + shift
+        variance = np.clip(squares / n - shift**2, 0.0, ((plan.upper - plan.lower) / 2) ** 2)
+        k = self.n_clusters
+        return [
+            plan.clip_centers(
+                mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
+            )
+            for _ in range(self.n_init)
+        ]
+
+    def _dp_lloyd(self, runtime, adder, plan, accountant, centers, active, tol, random_state):
+        """``plan.n_iter`` private Lloyd iterations at most: centers, iterations."""
+        centers = np.array(centers, dtype=np.float64)
+        half = float(np.max(plan.upper - plan.lower)) / 2
+        n_iter = 0
+        for i in range(plan.n_iter):
+            participants = self._sample(active, random_state)
+            factor = self._noise_factor(participants)
+            n_c = self._max_size(runtime, participants)
+            runtime.broadcast(centers, tag=TAG_CENTERS, clients=participants)
+            bounds = [
+                _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma),
+                _MARGIN * (n_c + _NOISE_HEADROOM * factor * plan.sigma_counts),
+            ]
+            accountant.charge(
+                "cluster sums and counts", sensitivity=plan.diagonal, sigma=plan.sigma
+            )
+            runtime.stage(f"iteration {i + 1}: client step, noisy per-cluster sums and counts")
+            (sums, counts), survivors = adder.sum(
+                fedkmeans_dp_lloyd_statistics,
+                tag="noisy cluster statistics",
+                bounds=bounds,
+                clients=participants,
+                lower=plan.lower,
+                upper=plan.upper,
+                sigma=factor * plan.sigma,
+                sigma_counts=factor * plan.sigma_counts,
+            )
+            self._check_survivors("noisy cluster statistics", participants, survivors)
+            n_iter = i + 1
+            runtime.stage(f"iteration {i + 1}: server step, new centers")
+            # The noise of the counts in the sum (every answering client's share).
+            noise = plan.sigma_counts * factor * math.sqrt(len(survivors))
+            new = _dp_centers(centers, sums, counts, plan, noise)
+            shift = float(((new - centers) ** 2).sum())
+            centers = new
+            if shift <= tol:
+                break
+        return centers, n_iter
+
+    def _dp_inertia(self, runtime, adder, plan, accountant, centers, active, output):
+        factor = self._noise_factor(active)
+        n_c = self._max_size(runtime, active)
+        runtime.broadcast(centers, tag=TAG_CENTERS, clients=active)
+        bound = _MARGIN * (n_c * plan.diagonal**2 + _NOISE_HEADROOM * factor * plan.sigma_inertia)
+        accountant.charge("inertia", sensitivity=plan.diagonal**2, sigma=plan.sigma_inertia)
+        runtime.stage("client step: noisy inertia" + (" and labels" if output else ""))
+        total, survivors = adder.sum(
+            fedkmeans_dp_inertia,
+            tag="noisy inertia",
+            bounds=[bound],
+            clients=active,
+            lower=plan.lower,
+            upper=plan.upper,
+            sigma=factor * plan.sigma_inertia,
+            output=output,
+        )
+        self._check_survivors("noisy inertia", active, survivors)
+        # A noisy sum of squares may come out negative; zero is the nearest inertia.
+        return max(float(total[0]), 0.0)
 
     @property
     def _n_features_out(self):

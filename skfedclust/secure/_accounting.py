@@ -29,6 +29,7 @@ __all__ = [
     "NEIGHBOURING_RELATIONS",
     "BudgetError",
     "PrivacyAccountant",
+    "PrivacyLeakWarning",
     "Release",
     "gaussian_epsilon",
     "gaussian_sigma",
@@ -39,6 +40,15 @@ NEIGHBOURING_RELATIONS = ("replace-one", "add-remove")
 
 class BudgetError(ValueError):
     """A release that would take the spent privacy past the accountant's budget."""
+
+
+class PrivacyLeakWarning(RuntimeWarning):
+    """A differentially private fit that releases something its guarantee does not cover.
+
+    Raised, as diffprivlib does, when the public bounds a mechanism needs are
+    taken from the data: the bounds themselves then tell the server about the
+    extreme rows, outside the ``(epsilon, delta)`` guarantee.
+    """
 
 
 def _gaussian():
