@@ -29,13 +29,23 @@ from skfedclust.methods._fedsc_core import (
     gaussian_kernel,
     n_components_auto,
     pair_distance_statistic,
+    pair_distance_sum,
+    pair_sum_bandwidth,
     pooled_bandwidth,
     pooled_pair_bandwidth,
     solve_coefficients,
     trilateration_attack,
 )
 from skfedclust.metrics import clustering_accuracy
-from skfedclust.secure import clip_rows, data_noise_scale, factor_noise_scales
+from skfedclust.secure import (
+    clip_rows,
+    data_noise_scale,
+    default_degree,
+    factor_noise_scales,
+    shamir_combine,
+)
+from skfedclust.secure._secure_sum import TAG_UNMASK, _self_mask
+from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 F8 = 8  # bytes of a float64 (and of a Python int or float scalar)
@@ -76,32 +86,75 @@ def coefs(runtime):
 
 
 def setup_bytes_up(n_clients, n_features):
-    """Federated set-up: (mean pair distance, pair count) + (feature sums, count) + a rank."""
+    """Clear set-up: (mean pair distance, pair count) + (feature sums, count) + a rank."""
     return n_clients * (2 * F8 + (n_features + 1) * F8 + F8)
+
+
+#: An exponent histogram of agree_bound at coarseness 4: ceil(2101 / 4) int64, and its
+#: structure ("array", its length, "int": 16 bytes).
+HISTOGRAM = F8 * 526 + 16
+
+
+def secure_setup(P, m, *, sums=True, distance=True):
+    """Secure set-up: a public bound per statistic, then one secure sum of them all.
+
+    Every secure sum costs a client its masked vector and its structure up, a 32-byte
+    share of its self-mask seed to each of its ``deg`` neighbours (peer), returned to the
+    server in the unmasking (up), and the list of who uploaded (8 bytes per client) down;
+    the aggregator's set-up sends one 16-byte seed over every edge of the graph (peer).
+    The summed vector is the feature sums (m floats) and the row count (one int64), and
+    the pair-distance total (one float) and pair count (one int64); its structure is
+    "tuple" (5 bytes) and 18 bytes per float leaf ("array", its length, "float"), 16 per
+    int leaf.
+    """
+    deg = default_degree(P)
+    n_bounds = int(sums) + int(distance)
+    vector, structure = 0, 5
+    if sums:
+        vector, structure = vector + F8 * (m + 1), structure + 18 + 16
+    if distance:
+        vector, structure = vector + 2 * F8, structure + 18 + 16
+    n_sums = n_bounds + 1
+    return {
+        "up": P * (n_bounds * HISTOGRAM + vector + structure + n_sums * 32 * deg),
+        "peer": 16 * P * deg // 2 + n_sums * P * 32 * deg,
+        "down": n_sums * P * F8 * P,
+        "rounds": 2 * n_sums,
+    }
 
 
 @pytest.fixture(scope="module")
 def iris_fit(iris_clients):
     """Default fit on iris, checked against the byte formulas of the protocol.
 
-    Per round every client downloads Z and uploads Z_p (m d floats each) with
-    its objective (one float); then one more download of the final Z and one
-    upload of C_p (d n_p floats); the labels (n int32) and the bandwidth (one
-    float per client) come down too.
+    Set-up statistics by secure sums (:func:`secure_setup`) and a rank (one int
+    per client). Per round every client downloads Z and uploads Z_p (m d floats
+    each) with its objective (one float); then one more download of the final Z
+    and one upload of C_p (d n_p floats); the labels (n int32) and the bandwidth
+    (one float per client) come down too.
     """
     clients, _ = iris_clients
     S, P, m, n = 20, 8, 4, 150
+    secure = secure_setup(P, m)
 
     def up(rt):
         d = len(coefs(rt)[0])
-        return F8 * (S * P * (m * d + 1) + d * n) + setup_bytes_up(P, m)
+        return F8 * (S * P * (m * d + 1) + d * n) + secure["up"] + P * F8
 
     def down(rt):
         d = len(coefs(rt)[0])
-        return F8 * ((S + 1) * P * m * d + P) + I4 * n
+        return F8 * ((S + 1) * P * m * d + P) + I4 * n + secure["down"]
 
     est = FedSpectralClustering(3, random_state=0)
-    runtime = check_protocol(est, clients, rounds=S + 1, bytes_up=up, bytes_down=down, bytes_peer=0)
+    runtime = check_protocol(
+        est,
+        clients,
+        rounds=S + 1 + secure["rounds"],
+        bytes_up=up,
+        bytes_down=down,
+        bytes_peer=secure["peer"],
+    )
+    # The aggregator's seeds and the ranks.
     assert est.communication_["setup_rounds"] == 2
     return est, runtime
 
@@ -117,7 +170,7 @@ def test_signature_is_the_documented_one():
         learning_rate="auto", aggregation="mean", final_coef="refit", kernel_scaling="minmax",
         n_neighbors="auto", kmeans_n_init=50, privacy=None, epsilon=None, delta=None,
         clip_norm=None, coef_clip=None, neighbouring="replace-one", noise_ratio=None,
-        n_jobs=None, random_state=None, verbose=0,
+        secure_aggregation=True, n_jobs=None, random_state=None, verbose=0,
     )  # fmt: skip
     assert list(params) == list(expected)
     assert {k: p.default for k, p in params.items()} == expected
@@ -179,13 +232,20 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
     est, runtime = iris_fit
     clients, _ = iris_clients
     n = 150
-    # Set-up messages: pair statistics and sums; bandwidth from them; d = max local rank.
-    stats = received(runtime, TAG_STATS)[0].list()
-    for X_p, sent in zip(clients, stats):
-        assert sent["pair_distance"] == pair_distance_statistic(X_p)
-        np.testing.assert_allclose(sent["feature_sums"][0], X_p.sum(0))
-    r = pooled_pair_bandwidth([s["pair_distance"] for s in stats], n_samples=n)
+    # Set-up: the secure sums of the pair statistics and of the feature sums; bandwidth
+    # from them; d = max local rank.
+    assert not received(runtime, TAG_STATS)
+    (_, _, public) = next(s for s in runtime.server_inputs if s[0] == "fedsc_hyperparameters")
+    total, pairs = public["pair_sums"]
+    expected = [pair_distance_sum(X_p) for X_p in clients]
+    assert total == pytest.approx(sum(t for t, _ in expected), rel=1e-14)
+    assert pairs == sum(p for _, p in expected)
+    r = pair_sum_bandwidth(total, pairs, n_samples=n)
     assert est.bandwidth_ == r
+    assert r == pytest.approx(
+        pooled_pair_bandwidth([pair_distance_statistic(X_p) for X_p in clients], n_samples=n),
+        rel=1e-14,
+    )
     ranks = received(runtime, TAG_RANK)[0].list()
     assert ranks == [n_components_auto(X_p, bandwidth=r) for X_p in clients]
     assert est.n_components_ == max(ranks)
@@ -193,6 +253,9 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
     (_, inputs, public) = next(
         s for s in runtime.server_inputs if s[0] == "fedsc_initial_dictionary"
     )
+    sums, count = public["feature_totals"]
+    np.testing.assert_allclose(sums, np.vstack(clients).sum(0), rtol=1e-14)
+    assert count == n and not inputs
     Z = fedsc_initial_dictionary(*inputs, **public)
     np.testing.assert_allclose(Z.mean(0), np.vstack(clients).mean(0), atol=r)
     # Every round: C-step and preconditioned Z-step on each client, plain mean on the server;
@@ -247,6 +310,102 @@ def test_iris_with_the_papers_pooled_settings():
     assert 0.76 <= np.mean(nmis) <= 0.79
     # The pooled shortcut uploads every row once (setup), on top of the protocol.
     assert est.communication_["setup_rounds"] == 1
+
+
+# --------------------------------------------------------------------------- #
+# Set-up statistics: secure sums, or every client's in the clear
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("offset", [0.0, 1.7e9])
+def test_secure_and_clear_set_up_give_the_same_fit(iris_clients, offset):
+    """Only the set-up messages differ; the fit is the same up to rounding, at any offset."""
+    clients = [X_p + offset for X_p in iris_clients[0]]
+    S, P, m, n = 3, 8, 4, 150
+    kw = dict(n_rounds=S, kmeans_n_init=5, random_state=0)
+    secure = FedSpectralClustering(3, **kw).fit(clients)
+
+    def up(rt):
+        d = len(coefs(rt)[0])
+        return F8 * (S * P * (m * d + 1) + d * n) + setup_bytes_up(P, m)
+
+    clear = FedSpectralClustering(3, secure_aggregation=False, **kw)
+    runtime = check_protocol(clear, clients, rounds=S + 1, bytes_up=up, bytes_peer=0)
+    # In the clear, every client's statistics reach the server.
+    for X_p, sent in zip(clients, received(runtime, TAG_STATS)[0].list()):
+        assert sent["pair_distance"] == pair_distance_statistic(X_p)
+        np.testing.assert_allclose(sent["feature_sums"][0], X_p.sum(0))
+    assert clear.bandwidth_ == pytest.approx(secure.bandwidth_, rel=1e-13)
+    assert clear.n_components_ == secure.n_components_
+    # The centre of the first dictionary agrees to a few rounding errors of the offset.
+    np.testing.assert_allclose(
+        clear.dictionary_, secure.dictionary_, rtol=0, atol=1e-12 + 1e-15 * offset
+    )
+    np.testing.assert_array_equal(clear.labels_, secure.labels_)
+    assert secure.communication_["rounds"] == clear.communication_["rounds"] + 6
+
+
+def _opened_uploads(runtime, which):
+    """The ``which``-th secure sum's uploads, each with its self mask removed.
+
+    What a curious server can do with everything it received: every survivor's
+    self-mask seed is rebuilt from the shares revealed in the unmasking.
+    """
+    sums = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
+    _, (uploads, reveals), _ = sums[which]
+    opened = {}
+    for c in uploads:
+        shares = {
+            int(x): (int(hi) << 64) | int(lo)
+            for b_shares, _ in reveals.values()
+            for owner, x, hi, lo in np.asarray(b_shares).tolist()
+            if owner == c
+        }
+        masked = np.asarray(uploads[c][0], dtype=np.uint64)
+        opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
+    return opened
+
+
+def test_the_server_cannot_see_one_clients_set_up_statistics(iris_clients):
+    clients, _ = iris_clients
+    m = 4
+    with recording_runtime() as runtimes:
+        FedSpectralClustering(3, n_rounds=1, kmeans_n_init=2, random_state=0).fit(clients)
+    (runtime,) = runtimes
+    # No client's statistics reach the server in the clear: what it receives before the
+    # ranks is masked uploads and unmasking messages only.
+    assert not received(runtime, TAG_STATS)
+    up_tags = {m.tag for m in runtime.ledger.messages if m.receiver == "server"}
+    assert up_tags == {TAG_SUM_UPLOAD, TAG_UNMASK, TAG_RANK, TAG_UPLOAD, TAG_COEF}
+    # The third sum adds the statistics (after the bounds on the rows and on the
+    # distances): (feature sums, row count, distance total, pair count), encoded.
+    opened = _opened_uploads(runtime, 2)
+    count, pairs = m, m + 2
+    for c, X_p in enumerate(clients):
+        # Without the pairwise masks the server cannot open one client's vector: its
+        # exact integer entries (row and pair counts) are not there.
+        assert opened[c][count] != len(X_p)
+        assert opened[c][pairs] != len(X_p) * (len(X_p) - 1)
+    # The masks cancel in the sum of all of them only.
+    total = sum(opened.values())
+    assert int(total[count]) == 150
+    assert int(total[pairs]) == sum(len(X_p) * (len(X_p) - 1) for X_p in clients)
+
+
+def test_secure_set_up_sums_the_perturbed_rows_under_data_noise(iris_clients):
+    clients, _ = iris_clients
+    kw = dict(privacy="data", noise_ratio=0.3, n_rounds=1, kmeans_n_init=2, random_state=0)
+    with recording_runtime() as runtimes:
+        FedSpectralClustering(3, **kw).fit(clients)
+    (runtime,) = runtimes
+    rows = [state["rows"] for state in runtime.private_states()[:8]]
+    (_, _, public) = next(s for s in runtime.server_inputs if s[0] == "fedsc_initial_dictionary")
+    np.testing.assert_allclose(public["feature_totals"][0], np.vstack(rows).sum(0), rtol=1e-13)
+    (_, _, public) = next(s for s in runtime.server_inputs if s[0] == "fedsc_hyperparameters")
+    assert public["pair_sums"][0] == pytest.approx(
+        sum(pair_distance_sum(X_p)[0] for X_p in rows), rel=1e-13
+    )
+    # Only the clients' noise scales travel in the clear (one float each).
+    (stats,) = received(runtime, TAG_STATS)
+    assert all(set(p) == {"noise_scale"} for p in stats.list())
 
 
 def test_federated_hyperparameters_land_near_the_pooled_ones(iris_fit):
@@ -304,12 +463,15 @@ def test_legacy_coefficients_come_with_the_last_dictionary(iris_clients):
     est = FedSpectralClustering(
         3, n_rounds=S, final_coef="legacy", bandwidth=r, n_components=d, random_state=0
     )
+    # A given bandwidth: only the feature sums go into a secure sum.
+    secure = secure_setup(P, m, distance=False)
     runtime = check_protocol(
         est,
         clients,
-        rounds=S,
-        bytes_up=F8 * (S * P * (m * d + 1) + d * n) + P * (m + 1) * F8,
-        bytes_down=F8 * S * P * m * d + I4 * n,
+        rounds=S + secure["rounds"],
+        bytes_up=F8 * (S * P * (m * d + 1) + d * n) + secure["up"],
+        bytes_down=F8 * S * P * m * d + I4 * n + secure["down"],
+        bytes_peer=secure["peer"],
     )
     last = received(runtime, TAG_UPLOAD + " and coefficients")[0].list()
     previous = received(runtime, TAG_UPLOAD)[-1].list()
@@ -332,7 +494,7 @@ def test_weighted_mean_uses_the_counts_the_clients_send(iris_clients):
     runtime = check_protocol(
         est,
         clients,
-        bytes_up=F8 * (S * P * (m * d + 2) + d * n) + P * (m + 1) * F8,
+        bytes_up=F8 * (S * P * (m * d + 2) + d * n) + secure_setup(P, m, distance=False)["up"],
     )
     last = received(runtime, TAG_UPLOAD)[-1].list()
     assert [u["count"] for u in last] == [len(c) for c in clients]

@@ -36,6 +36,7 @@ from ..secure._dp import (
     factor_noise_scales,
     relative_noise_scale,
 )
+from ..secure._moments import SumChannel
 from ._base import BaseFederatedClustering
 from ._fedsc_core import (
     MAX_SAMPLES,
@@ -49,6 +50,8 @@ from ._fedsc_core import (
     initial_dictionaries,
     n_components_auto,
     pair_distance_statistic,
+    pair_distance_sum,
+    pair_sum_bandwidth,
     pooled_bandwidth,
     pooled_pair_bandwidth,
     relative_coefficients,
@@ -67,6 +70,16 @@ DEFAULT_N_CLIENTS = 8
 #: had the best mean over six data sets (benchmarks/neighbors_fedsc.py).
 #: ``n_neighbors="log"`` keeps the paper's rule.
 MIN_NEIGHBORS = 15
+
+#: Headroom on the public bound of a client's feature sums: ``n_p`` rows of
+#: ``|x| <= B`` add up to at most ``n_p B``, and a factor 2 covers the
+#: rounding of the float sum.
+SUM_MARGIN = 2.0
+
+#: Binary orders per range of the histograms behind the public bounds of the
+#: secure set-up sums: the server learns less, and a bound costs at most 4
+#: bits of the sums' 58, which leaves them exact to float64 rounding.
+BOUND_COARSENESS = 4
 
 #: Largest noise standard deviation: perturbed values are squared (distances,
 #: kernels, ``C^T K C``), and float64 squares overflow near 1e308.
@@ -159,6 +172,48 @@ def fedsc_prepare(
     if send_rows:
         send["rows"] = rows
     return Reply(send=send or None, keep=keep)
+
+
+def fedsc_rows(data, inbox, state, party):
+    """Client step for a public bound: the rows the client computes on.
+
+    Under ``privacy='data'`` these are the perturbed rows it kept, so the
+    bound (a histogram of binary orders the server learns from a secure sum)
+    is post-processing of the release like everything else.
+    """
+    return Reply(send=_client_rows(data, state))
+
+
+def fedsc_distance_total(data, inbox, state, party, *, max_samples):
+    """Client step for a public bound: the total distance between its distinct rows.
+
+    Keeps ``(total, pairs)`` (:func:`~skfedclust.methods._fedsc_core.pair_distance_sum`)
+    for the secure sum that follows, so both see the same value.
+    """
+    total, pairs = pair_distance_sum(
+        _client_rows(data, state), max_samples=max_samples, random_state=party.seed
+    )
+    return Reply(send=np.array([total]), keep={"pair distances": (total, pairs)})
+
+
+def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
+    """Client step: the set-up statistics the server only needs summed over the clients.
+
+    As asked, the feature sums and the row count (the centre of the first
+    dictionary: the global mean) and the total distance between distinct
+    rows and their number of pairs (the federated bandwidth, kept by
+    :func:`fedsc_distance_total`); added up by a secure sum.
+    """
+    rows = _client_rows(data, state)
+    parts = ()
+    if send_sums:
+        parts += (rows.sum(axis=0), np.array([len(rows)], dtype=np.int64))
+    keep = {}
+    if send_distance:
+        total, pairs = state["pair distances"]
+        parts += (np.array([total]), np.array([pairs], dtype=np.int64))
+        keep["pair distances"] = None
+    return Reply(send=parts, keep=keep)
 
 
 def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
@@ -278,8 +333,7 @@ def fedsc_receive_labels(data, inbox, state, party):
 
 # ---------------------------------------------------------------- server side
 def fedsc_hyperparameters(
-    stats,
-    *,
+    *stats,
     bandwidth,
     bandwidth_scale,
     n_components,
@@ -287,22 +341,28 @@ def fedsc_hyperparameters(
     n_samples,
     max_samples,
     seed,
+    pair_sums=None,
 ):
     """Server step: bandwidth (and the pooled dictionary size) from the set-up messages.
 
     ``bandwidth='federated'`` estimates the pooled rule from the clients'
-    within-client pair distances (:func:`~skfedclust.methods._fedsc_core.pooled_pair_bandwidth`,
-    Eq. 42 without the zero self-distances), ``'pooled'`` is the mean pairwise
-    distance of the rows uploaded for the pooled shortcut (Eq. 40), a float is
-    itself. With
+    within-client pair distances (Eq. 42 without the zero self-distances):
+    from ``pair_sums``, the secure sum of their distance totals and pair
+    counts (:func:`~skfedclust.methods._fedsc_core.pair_sum_bandwidth`), or
+    from every client's statistic received in the clear
+    (:func:`~skfedclust.methods._fedsc_core.pooled_pair_bandwidth`).
+    ``'pooled'`` is the mean pairwise distance of the rows uploaded for the
+    pooled shortcut (Eq. 40), a float is itself. With
     ``n_components='pooled'`` the dictionary size is the energy rule (Eq. 43)
     on those rows. Returns ``(bandwidth, n_components or None)``.
     """
-    payloads = stats.list()
+    payloads = stats[0].list() if stats else []
     pooled = None
     if bandwidth == "pooled" or n_components == "pooled":
         pooled = np.vstack([p["rows"] for p in payloads])
-    if bandwidth == "federated":
+    if bandwidth == "federated" and pair_sums is not None:
+        r = pair_sum_bandwidth(*pair_sums, n_samples=n_samples, scale=bandwidth_scale)
+    elif bandwidth == "federated":
         r = pooled_pair_bandwidth(
             [p["pair_distance"] for p in payloads], n_samples=n_samples, scale=bandwidth_scale
         )
@@ -327,16 +387,24 @@ def fedsc_dictionary_size(ranks):
     return combine_n_components(ranks.list())
 
 
-def fedsc_initial_dictionary(*stats, n_clients, n_components, n_features, bandwidth, seed):
+def fedsc_initial_dictionary(
+    *stats, n_clients, n_components, n_features, bandwidth, seed, feature_totals=None
+):
     """Server step: the first dictionary, the mean of ``n_clients`` random ones.
 
-    Every atom is drawn around the mean of the clients' rows (from their
-    feature sums; the origin when none were sent) with a spread of
+    Every atom is drawn around the mean of the clients' rows (from
+    ``feature_totals``, the secure sum of their feature sums and row counts, or
+    from every client's sums received in the clear; the origin when none were
+    sent) with a spread of
     ``bandwidth / sqrt(n_features)`` per coordinate per client slot, so the
     initialisation commutes with translations and scalings of the data (the
     paper draws ``N(0, 1)`` entries around the origin).
     """
-    center = combine_feature_sums([p["feature_sums"] for p in stats[0].list()]) if stats else None
+    center = None
+    if feature_totals is not None:
+        center = combine_feature_sums([feature_totals])
+    elif stats:
+        center = combine_feature_sums([p["feature_sums"] for p in stats[0].list()])
     slots = initial_dictionaries(
         n_clients,
         n_components,
@@ -438,6 +506,9 @@ class FedSpectralClustering(BaseFederatedClustering):
     charged to a :class:`~skfedclust.secure.PrivacyAccountant` and composed
     exactly), with ``noise_ratio`` it is relative to the spread of what is
     perturbed, as in the paper's experiments, without a formal guarantee.
+    The set-up statistics the server needs only summed over the clients (the
+    global mean and the pair-distance totals behind the bandwidth) reach it
+    by secure aggregation (``secure_aggregation=True``).
 
     Read more in the :ref:`User Guide <fedsc>`.
 
@@ -543,6 +614,19 @@ class FedSpectralClustering(BaseFederatedClustering):
         dictionary and ``alpha std(C_p)`` to the coefficients, with one
         ``alpha`` or a pair ``(alpha_dictionary, alpha_coef)``. No formal
         guarantee. Exclusive with ``epsilon``.
+    secure_aggregation : bool, default=True
+        Send the set-up statistics the server only needs summed over the
+        clients (the feature sums and row counts behind the centre of the
+        first dictionary, the pair-distance totals and pair counts behind
+        ``bandwidth="federated"``) by secure aggregation
+        (:class:`~skfedclust.secure.SumChannel`): the server learns the sums,
+        who took part and the binary orders of the public bounds of the
+        fixed point, not a client's statistics. One set-up round and two
+        rounds per sum and per bound (six with both statistics). ``False``
+        sends every client's statistics to the server in one set-up
+        exchange (for comparison); the fit is the same up to rounding. The
+        pooled shortcut (``"pooled"`` bandwidth or dictionary size) uploads
+        the rows, so it sends the statistics in the clear either way.
     n_jobs : int, default=None
         Number of parallel client workers (joblib).
     random_state : int, RandomState instance or None, default=None
@@ -640,7 +724,7 @@ class FedSpectralClustering(BaseFederatedClustering):
     >>> est.n_clients_, est.n_components_, est.n_neighbors_
     (8, 7, 15)
     >>> est.communication_["rounds"], est.communication_["setup_rounds"]
-    (21, 2)
+    (27, 2)
     """
 
     _parameter_constraints: dict = {
@@ -675,6 +759,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         "coef_clip": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "neighbouring": [StrOptions(set(NEIGHBOURING_RELATIONS))],
         "noise_ratio": [Interval(numbers.Real, 0, None, closed="left"), tuple, None],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -702,6 +787,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         coef_clip=None,
         neighbouring="replace-one",
         noise_ratio=None,
+        secure_aggregation=True,
         n_jobs=None,
         random_state=None,
         verbose=0,
@@ -728,6 +814,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         self.coef_clip = coef_clip
         self.neighbouring = neighbouring
         self.noise_ratio = noise_ratio
+        self.secure_aggregation = secure_aggregation
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
@@ -871,6 +958,8 @@ class FedSpectralClustering(BaseFederatedClustering):
         if not isinstance(self.bandwidth, str):
             _check_bandwidth(self.bandwidth)
         seed_init, seed_server, seed_pooled = random_state.randint(np.iinfo(np.int32).max, size=3)
+        # Drawn in both modes, so that secure and clear fits share every other draw.
+        seed_sums = int(random_state.randint(np.iinfo(np.int32).max))
         calibrated_factors = mode == "calibrated" and self.privacy == "factors"
         coef_clip = self.coef_clip if calibrated_factors else None
 
@@ -917,27 +1006,36 @@ class FedSpectralClustering(BaseFederatedClustering):
         pooled = self.bandwidth == "pooled" or self.n_components == "pooled"
         send_sums = not calibrated_factors
         send_distance = self.bandwidth == "federated"
+        # The server needs only the sums of these statistics over the clients;
+        # the pooled shortcut uploads the rows, from which it has them anyway.
+        secure = self.secure_aggregation and not pooled and (send_sums or send_distance)
         max_samples = MAX_SAMPLES
         stats = None
-        if send_sums or send_distance or pooled or data_noise is not None:
+        if not secure and (send_sums or send_distance) or pooled or data_noise is not None:
             runtime.stage("client step: set-up statistics" + (" (pooled rows)" if pooled else ""))
             stats = runtime.run(
                 fedsc_prepare,
                 tag=TAG_ROWS if pooled else TAG_STATS,
                 setup=True,
                 data_noise=data_noise,
-                send_distance=send_distance,
-                send_sums=send_sums,
+                send_distance=send_distance and not secure,
+                send_sums=send_sums and not secure,
                 send_rows=pooled,
                 max_samples=max_samples,
             )
             if not len(stats):
                 stats = None
+        feature_totals = pair_sums = None
+        if secure:
+            feature_totals, pair_sums = self._secure_setup_sums(
+                runtime, seed_sums, send_sums, send_distance, max_samples
+            )
         runtime.stage("server step: bandwidth and dictionary size")
         if isinstance(self.bandwidth, str) or self.n_components == "pooled":
             r, d = runtime.server(
                 fedsc_hyperparameters,
-                stats,
+                *((stats,) if stats is not None else ()),
+                pair_sums=pair_sums,
                 bandwidth=self.bandwidth,
                 bandwidth_scale=self.bandwidth_scale,
                 n_components=self.n_components,
@@ -972,10 +1070,11 @@ class FedSpectralClustering(BaseFederatedClustering):
         self.bandwidth_, self.n_components_ = _check_bandwidth(r), int(d)
 
         runtime.stage(f"server step: initial dictionary of {d} atoms")
-        init_stats = (stats,) if stats is not None and send_sums else ()
+        init_stats = (stats,) if stats is not None and send_sums and not secure else ()
         dictionary = runtime.server(
             fedsc_initial_dictionary,
             *init_stats,
+            feature_totals=feature_totals,
             n_clients=P,
             n_components=d,
             n_features=m,
@@ -1095,6 +1194,44 @@ class FedSpectralClustering(BaseFederatedClustering):
                     "coef": coef_scales if coef_noise is not None else np.zeros(P),
                 }
         self._directions = _unit_rows(self._embed(self.coef_))
+
+    @staticmethod
+    def _secure_setup_sums(runtime, seed, send_sums, send_distance, max_samples):
+        """The set-up statistics summed over the clients by secure aggregation.
+
+        A public bound per statistic first (the power of two above every
+        client's largest value, from a secure sum of one-hot histograms of
+        binary orders), then one secure sum of everything. Returns
+        ``(feature_totals, pair_sums)``: ``(sums, row count)`` and
+        ``(distance total, pair count)``, or None where not asked.
+        """
+        channel = SumChannel(runtime, secure=True, seed=seed)
+        largest = float(np.max(runtime.client_sizes))
+        bounds = []
+        if send_sums:
+            runtime.stage("secure sums: a public bound on the rows")
+            rows = channel.bound(fedsc_rows, tag="bound on the rows", coarseness=BOUND_COARSENESS)
+            bounds += [SUM_MARGIN * largest * rows, None]
+        if send_distance:
+            runtime.stage("secure sums: a public bound on the pair-distance totals")
+            distances = channel.bound(
+                fedsc_distance_total,
+                tag="bound on the pair distances",
+                coarseness=BOUND_COARSENESS,
+                max_samples=max_samples,
+            )
+            bounds += [distances, None]
+        runtime.stage("secure sums: the set-up statistics")
+        totals, _ = channel.sum(
+            fedsc_setup_sums,
+            tag="set-up statistics",
+            bounds=bounds,
+            send_sums=send_sums,
+            send_distance=send_distance,
+        )
+        feature_totals = (totals[0], int(totals[1][0])) if send_sums else None
+        pair_sums = (float(totals[-2][0]), int(totals[-1][0])) if send_distance else None
+        return feature_totals, pair_sums
 
     def _n_neighbors(self, n_samples):
         if self.n_neighbors == "log":

@@ -20,14 +20,16 @@ Client side (a client's own data, what the server sent, a seed):
   :func:`gradient_dictionary_step` (Eq. 16);
 * :func:`client_update`, one round of a client: C-step, Z-step, objective;
 * :func:`client_objective`, the local objective ``f_p`` (Eq. 13);
-* :func:`mean_pairwise_distance` and :func:`n_components_auto` on the client's
-  own data, and :func:`feature_sums` for a centred initialisation.
+* :func:`mean_pairwise_distance`, :func:`pair_distance_sum` and
+  :func:`n_components_auto` on the client's own data, and :func:`feature_sums`
+  for a centred initialisation.
 
 Server side (uploaded messages and public constants):
 
 * :func:`aggregate_dictionaries` (Eq. 11, or weighted by sample counts);
 * :func:`initial_dictionaries`, :func:`federated_bandwidth` (Eq. 42),
-  :func:`combine_n_components` and :func:`combine_feature_sums`;
+  :func:`pair_sum_bandwidth`, :func:`combine_n_components` and
+  :func:`combine_feature_sums`;
 * :func:`trilateration_attack`, the exact recovery of raw samples from
   noiseless coefficients when ``d > n_features``, which shows what the
   coefficient upload reveals.
@@ -74,6 +76,8 @@ __all__ = [
     "mean_pairwise_distance",
     "n_components_auto",
     "pair_distance_statistic",
+    "pair_distance_sum",
+    "pair_sum_bandwidth",
     "pooled_bandwidth",
     "pooled_pair_bandwidth",
     "preconditioned_dictionary_step",
@@ -951,8 +955,12 @@ def mean_pairwise_distance(X, *, max_samples=MAX_SAMPLES, random_state=None):
     """
     X = _subsample(_as_rows(X, "X"), max_samples, random_state)
     n = len(X)
-    total = math.fsum(cdist(X[s : s + BLOCK_ROWS], X).sum() for s in range(0, n, BLOCK_ROWS))
-    return total / (n * n)
+    return _distance_total(X) / (n * n)
+
+
+def _distance_total(X):
+    """Sum of the Euclidean distances over all ordered pairs of rows, in row blocks."""
+    return math.fsum(cdist(X[s : s + BLOCK_ROWS], X).sum() for s in range(0, len(X), BLOCK_ROWS))
 
 
 def pooled_bandwidth(X, *, scale=1.0, max_samples=MAX_SAMPLES, random_state=None):
@@ -1019,6 +1027,86 @@ def pair_distance_statistic(X, *, max_samples=MAX_SAMPLES, random_state=None):
     return mean * m / (m - 1), m * (m - 1)
 
 
+def pair_distance_sum(X, *, max_samples=MAX_SAMPLES, random_state=None):
+    """Client statistic of :func:`pair_sum_bandwidth`: total distance over distinct pairs.
+
+    What the server needs of every client for the federated bandwidth is a
+    term of two sums (distances and pairs over all clients), so a secure sum
+    can deliver it without the server seeing any client's value.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    max_samples : int or None, default=8000
+        A random subset of this many rows is used when ``n_samples`` reaches it.
+    random_state : int, RandomState instance or None, default=None
+        Selects the subset.
+
+    Returns
+    -------
+    total_distance : float
+        Sum of the Euclidean distances over the ordered pairs of distinct rows
+        (0 without pairs).
+    n_pairs : int
+        Number of those pairs, ``m (m - 1)`` for the ``m`` rows used.
+
+    Examples
+    --------
+    >>> from skfedclust.methods._fedsc_core import pair_distance_sum
+    >>> pair_distance_sum([[0.0, 0.0], [3.0, 4.0]])
+    (10.0, 2)
+    """
+    X = _subsample(_as_rows(X, "X"), max_samples, random_state)
+    m = len(X)
+    if m < 2:
+        return 0.0, 0
+    return _distance_total(X), m * (m - 1)
+
+
+def pair_sum_bandwidth(total_distance, n_pairs, *, n_samples, scale=1.0):
+    """Server: the federated bandwidth from the clients' summed :func:`pair_distance_sum`.
+
+    ``c * total_distance / n_pairs * (1 - 1 / n)``: the mean distance over
+    the pairs inside the clients stands for the mean over all distinct
+    pairs, and ``1 - 1 / n`` puts back the zero self-distances of the pooled
+    rule (Qiao et al. 2023, Eq. 40). :func:`pooled_pair_bandwidth` is the
+    same estimate from per-client statistics.
+
+    Parameters
+    ----------
+    total_distance : float
+        Sum over the clients of their total distance over distinct pairs.
+    n_pairs : int
+        Sum over the clients of their numbers of distinct pairs.
+    n_samples : int
+        Total number of samples ``n`` (public).
+    scale : float, default=1.0
+        The constant ``c``.
+
+    Returns
+    -------
+    bandwidth : float
+
+    Examples
+    --------
+    >>> from skfedclust.methods._fedsc_core import pair_sum_bandwidth
+    >>> pair_sum_bandwidth(22.0, 8, n_samples=5)
+    2.2
+    """
+    total_distance, n_pairs = float(total_distance), float(n_pairs)
+    if not np.isfinite(total_distance) or total_distance < 0 or n_pairs < 0:
+        raise ValueError(
+            "The pair statistics must be a finite non-negative distance total and pair count, "
+            f"got ({total_distance!r}, {n_pairs!r})."
+        )
+    if n_pairs == 0 or total_distance == 0:
+        raise ValueError(
+            "The bandwidth is 0: no client holds two distinct points. "
+            "Give the bandwidth explicitly."
+        )
+    return float(scale) * total_distance / n_pairs * (1.0 - 1.0 / int(n_samples))
+
+
 def pooled_pair_bandwidth(statistics, *, n_samples, scale=1.0):
     """Server: federated estimate of the pooled bandwidth from :func:`pair_distance_statistic`.
 
@@ -1055,13 +1143,7 @@ def pooled_pair_bandwidth(statistics, *, n_samples, scale=1.0):
     pairs = np.asarray([float(p) for _, p in statistics])
     if len(values) == 0 or not np.all(np.isfinite(values)) or np.any(pairs < 0):
         raise ValueError("statistics must hold one (finite mean, pair count) per client.")
-    if pairs.sum() == 0 or values @ pairs == 0:
-        raise ValueError(
-            "The bandwidth is 0: no client holds two distinct points. "
-            "Give the bandwidth explicitly."
-        )
-    n_samples = int(n_samples)
-    return float(scale) * float(values @ pairs / pairs.sum()) * (1.0 - 1.0 / n_samples)
+    return pair_sum_bandwidth(values @ pairs, pairs.sum(), n_samples=n_samples, scale=scale)
 
 
 def federated_bandwidth(statistics, *, scale=1.0):
