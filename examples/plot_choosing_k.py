@@ -5,9 +5,10 @@ Choosing the number of clusters without pooling the data
 Internal indices score a clustering from the data alone, which is how the number of
 clusters is usually chosen. In a federation nobody holds the data, but the
 Calinski-Harabasz and Davies-Bouldin indices, a simplified silhouette and the inertia
-need only sums over the rows: :func:`skfedclust.select_n_clusters` fits one federated
-estimator per candidate ``k`` and computes each index from secure sums, in which the
-server learns per-cluster totals and nothing of a single client.
+need only sums over the rows:
+:func:`skfedclust.select_n_clusters <skfedclust.model_selection.select_n_clusters>` fits
+one federated estimator per candidate ``k`` and computes each index from secure sums, in
+which the server learns per-cluster totals and nothing of a single client.
 
 This example draws five blobs, splits them over six clients with a Dirichlet label skew,
 and plots each index against ``k`` for federated M-Avg next to the same index of

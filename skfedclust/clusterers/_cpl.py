@@ -870,7 +870,7 @@ def fine_grained_cpl(
         ``n_samples`` times the number of clusters).
     order : {"storage", "canonical"}, default="storage"
         Order in which the competition visits the samples: their storage
-        order (the authors' implementation), or :func:`canonical_order`, which
+        order (the authors' implementation), or ``canonical_order``, which
         depends on the rows' values and ``random_state`` only, so that the
         result does not depend on how the rows are stored.
     random_state : int, RandomState instance or None, default=None

@@ -106,8 +106,9 @@ def private_entropy(random_state):
     public draws of a fit (partitions, seeds, server choices) are the same
     whether or not a protocol uses private randomness, and a fit stays
     reproducible. Only the runtime holds it: it reaches client steps as their
-    :attr:`Party.rng`, never a server step or a fitted attribute. On a
-    deployment every node draws its own from the operating system instead.
+    :attr:`Party.rng <skfedclust.federation.Party.rng>`, never a server step or a
+    fitted attribute. On a deployment every node draws its own from the operating
+    system instead.
 
     Parameters
     ----------
@@ -167,6 +168,7 @@ class Party:
 
     @property
     def rng(self):
+        """The party's private :class:`numpy.random.Generator`, made on first use."""
         if self._rng is None:
             # numpy's PCG64 from a 128-bit seed: unpredictable to anyone without
             # the entropy, which stays with the party (a node's OS entropy).
@@ -435,7 +437,7 @@ class Runtime:
     def server(self, step, *received, **public):
         """Run a server step on received messages and public constants.
 
-        Every positional argument must be a :class:`Received` this runtime
+        Every positional argument must be a :class:`~skfedclust.federation.Received` this runtime
         produced (its ``run`` registers them in ``_delivered``), so a server
         step can be fed only what the ledger recorded as sent. The registry
         holds them weakly: a streamed upload is freed once its block is
@@ -612,7 +614,7 @@ class InProcessRuntime(Runtime):
         ----------
         step : callable
             A module-level function ``step(data, inbox, state, party, **public)``
-            returning a :class:`Reply`. ``data`` is the party's own block
+            returning a :class:`~skfedclust.federation.Reply`. ``data`` is the party's own block
             (``None`` for a party without data), ``inbox`` the messages
             delivered to it since its last step (then emptied), ``state`` a
             read-only view of what it kept.
@@ -631,7 +633,7 @@ class InProcessRuntime(Runtime):
             The protocol tolerates clients that do not answer (a dropout-tolerant
             secure sum): their replies are left out of ``Received`` instead of
             failing the run. In-process no client drops, except where a test
-            makes :meth:`_lost` lose a reply.
+            makes ``_lost`` lose a reply.
         per_client : dict, default=None
             Public constants that differ between clients, ``{client: {name:
             value}}`` (a per-round seed drawn by the server, a number of
@@ -739,7 +741,7 @@ class InProcessRuntime(Runtime):
     def private_states(self):
         """Every party's private state, for tests that attack a protocol.
 
-        Not part of the :class:`Runtime` interface: no protocol, server step
+        Not part of the :class:`~skfedclust.federation.Runtime` interface: no protocol, server step
         or estimator may read it.
         """
         return [dict(s) for s in self._states]

@@ -578,7 +578,7 @@ def make_client_app(
       file and the identities it trusts (peer keys are refused unless signed
       by one of them);
     * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``: the
-      node's policy (:mod:`skfedclust.flower._policy`), checked before it
+      node's policy (``skfedclust.flower._policy``), checked before it
       answers any request;
     * ``private-seed``: fixes the node's private randomness (tests only).
 

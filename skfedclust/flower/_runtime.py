@@ -106,7 +106,7 @@ class _Sealed:
 class Transport:
     """Bytes that Flower's records actually carried, message by message.
 
-    Every message is counted with :func:`content_nbytes` (array buffers with
+    Every message is counted with ``content_nbytes`` (array buffers with
     their ``.npy`` headers, config values and record keys; Flower's own
     framing excluded), by direction, party and kind: ``handshake``, ``step``
     (the protocol's messages with their structure and public constants),

@@ -737,7 +737,7 @@ class DCClustering(BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each party.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`. One
         round (one upload and one download per party); the users-only
         agreement on the anchors before it (feature ranges to the
         coordinating user and the anchor recipe back, or slices of given

@@ -347,7 +347,7 @@ def feca_aggregate(client_arrays, n_clusters, *, radius="empirical", random_stat
     random_state : int, RandomState instance or None, default=None
         Seeds every client's k-means.
     **kwargs
-        Passed to :func:`feca_client_update`.
+        Passed to ``feca_client_update``.
 
     Returns
     -------
@@ -589,7 +589,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`. One
         round (with ``final_lloyd_step``, four more and a set-up round by
         secure sums, one more in the clear); the labels and the inertia's two
         secure sums are in ``evaluation_rounds``.

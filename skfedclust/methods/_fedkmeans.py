@@ -545,7 +545,7 @@ class FederatedKMeans(
         rows only (a stochastic variant, like mini-batch k-means).
     min_clients : int, default=None
         Fewest clients whose statistics must reach a sum; fewer raises
-        :class:`FederatedKMeansError`. ``None`` asks for a majority of the
+        ``FederatedKMeansError``. ``None`` asks for a majority of the
         clients taking part.
     privacy : {None, "dp"}, default=None
         ``"dp"``: differentially private Lloyd. Every iteration each client
@@ -597,7 +597,7 @@ class FederatedKMeans(
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes, secure-sum set-up included; see :class:`~skfedclust.Ledger`.
+        Rounds and bytes, secure-sum set-up included; see :class:`~skfedclust.federation.Ledger`.
     n_features_in_ : int
         Number of features seen during fit.
     privacy_spent_ : tuple of (float, float) or None

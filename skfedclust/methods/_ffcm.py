@@ -199,7 +199,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. Rounds are
+        Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`. Rounds are
         ``n_rounds``, plus one for the seeding exchange when ``init="k-means++"``,
         plus four for the labels and the inertia (two secure sums) and one
         set-up round.

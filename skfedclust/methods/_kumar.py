@@ -142,7 +142,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`.
+        Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`.
     n_features_in_ : int
         Number of features seen during fit.
 

@@ -173,7 +173,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged; see :class:`~skfedclust.Ledger`. One
+        Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`. One
         round for the centers, four for the labels and the inertia (two
         secure sums) and one set-up round.
     n_iter_ : int

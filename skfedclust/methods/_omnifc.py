@@ -826,7 +826,7 @@ class OmniFCClustering(BaseFederatedClustering):
     client_sizes_ : ndarray of shape (n_clients,)
         Rows held by each client.
     communication_ : dict
-        Rounds and bytes exchanged (see :class:`~skfedclust.Ledger`). Set-up:
+        Rounds and bytes exchanged (see :class:`~skfedclust.federation.Ledger`). Set-up:
         one mask of ``8 d`` bytes from every data client to every later one
         (peer bytes), and 24 bytes of bounds up from every data client (one
         float64, then two). Round 1: every data client's masked sums up and the
@@ -869,7 +869,7 @@ class OmniFCClustering(BaseFederatedClustering):
     those of the same clusterer on the dense ``D``. The other clusterers
     need all of ``D``. Either way the estimated peak is checked against the
     available memory first
-    (:func:`~skfedclust.clusterers._memory.check_dense_memory`): a too large
+    (``check_dense_memory``): a too large
     ``n`` raises a :class:`MemoryError` (also a :class:`ValueError`) that
     says how much is needed and names the streaming clusterers.
 

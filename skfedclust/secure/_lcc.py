@@ -2067,7 +2067,7 @@ def lcc_squared_distances(
     D : ndarray of shape (n_samples, n_samples)
         Squared Euclidean distances of the quantized rows, exact: ``D * 4**q``
         is the integer ``||rint(2**q x_i) - rint(2**q x_j)||**2``.
-    ledger : :class:`~skfedclust.Ledger`
+    ledger : :class:`~skfedclust.federation.Ledger`
         The runtime's record of every message, with its byte size: the masks
         between clients (set-up), the masked sums up and the mean down, the
         shares between parties and the encoded distance matrices up.

@@ -92,7 +92,7 @@ def check_protocol(
 
     Checks that
 
-    * every server step received only :class:`Received` messages of the run
+    * every server step received only :class:`~skfedclust.federation.Received` messages of the run
       (the runtime refuses anything else) and that no public constant passed
       to a server step is a client's private array;
     * what each client kept or declared as output under ``private_keys`` (its
