@@ -304,6 +304,26 @@ def _check_external_targets(app, config):
                 logger.warning("%s %s in EXTERNAL_TARGETS does not exist", role, target)
 
 
+def _check_user_guide_links(app, config):
+    # An estimator's "Read more in the User Guide" must land on the page of that estimator:
+    # the page whose label it names introduces the class in its first lines.
+    import re
+
+    from skfedclust.utils import all_estimators
+
+    labels = {}
+    for page in (HERE / "user_guide").glob("*.rst"):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        if lines and (match := re.fullmatch(r"\.\. _([\w-]+):", lines[0])):
+            labels[match[1]] = "\n".join(lines[:12])
+    for name, cls in all_estimators():
+        match = re.search(r"User Guide <([\w-]+)>", cls.__doc__ or "")
+        if match is None:
+            logger.warning("%s has no link to the User Guide", name)
+        elif f"skfedclust.{name}`" not in labels.get(match[1], ""):
+            logger.warning("%s links to the User Guide page %r, not its own", name, match[1])
+
+
 def _check_benchmark_titles(app, config):
     # Two pages with one title are indistinguishable in the benchmarks' table of contents.
     seen = {}
@@ -335,5 +355,6 @@ def _mark_result_tables(app, doctree, docname):
 def setup(app):
     app.connect("config-inited", _check_benchmark_titles)
     app.connect("config-inited", _check_external_targets)
+    app.connect("config-inited", _check_user_guide_links)
     app.connect("autodoc-process-signature", _spell_out_numpy)
     app.connect("doctree-resolved", _mark_result_tables)

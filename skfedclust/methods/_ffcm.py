@@ -134,7 +134,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     aggregations and nothing more; the initialization and local iterations here
     are a reconstruction.
 
-    Read more in the :ref:`User Guide <feca>`.
+    Read more in the :ref:`User Guide <ffcm>`.
 
     Parameters
     ----------

@@ -98,7 +98,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
 
     DC-Clustering's paper describes the method only in outline; these steps
     are a reconstruction, not the authors' code. Read more in the
-    :ref:`User Guide <dcclustering>`.
+    :ref:`User Guide <kumar>`.
 
     Parameters
     ----------

@@ -118,7 +118,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     "M-Avg" baseline of the FeCA paper, which describes it in one sentence;
     the details here are a reconstruction.
 
-    Read more in the :ref:`User Guide <feca>`.
+    Read more in the :ref:`User Guide <mavg>`.
 
     Parameters
     ----------
