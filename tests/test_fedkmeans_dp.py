@@ -36,7 +36,7 @@ def _data(n=900, k=3, d=2, seed=0):
 
 
 def _fit(X, **params):
-    params = {"init": "random", "privacy": "dp", "bounds": BOX, "random_state": 0, **params}
+    params = {"init": "sphere-packing", "privacy": "dp", "bounds": BOX, "random_state": 0, **params}
     return FederatedKMeans(params.pop("n_clusters", 3), **params).fit(X, client_ids=_ids(X))
 
 
@@ -309,7 +309,8 @@ def test_a_large_budget_gives_federated_lloyd():
 def test_a_moderate_budget_comes_near_centralized_kmeans():
     X, y = _data(n=3000)
     central = adjusted_rand_score(y, KMeans(3, n_init=10, random_state=0).fit(X).labels_)
-    scores = [adjusted_rand_score(y, _fit(X, epsilon=2.0, random_state=s).labels_) for s in (0, 1)]
+    fits = [_fit(X, init="random", epsilon=2.0, random_state=s) for s in (0, 1)]
+    scores = [adjusted_rand_score(y, km.labels_) for km in fits]
     assert min(scores) > central - 0.05
     # A tiny budget drowns the clusters in noise.
     tiny = [adjusted_rand_score(y, _fit(X, epsilon=1e-3, random_state=s).labels_) for s in (0, 1)]
@@ -404,3 +405,42 @@ def test_a_cluster_with_a_count_lost_in_noise_keeps_its_center():
     np.testing.assert_array_equal(new[1], centers[1])
     # A mean outside the box is moved back into it.
     np.testing.assert_array_equal(new[2], [-0.5, 1.0])
+
+
+# --------------------------------------------------------------------------- #
+# The sphere-packing start
+# --------------------------------------------------------------------------- #
+def test_sphere_packing_spreads_centers_in_the_box_without_reading_rows():
+    from skfedclust.methods._fedkmeans import sphere_packing_centers
+
+    lower, upper = np.array([-1.0, 0.0, 5.0]), np.array([1.0, 4.0, 6.0])
+    centers = sphere_packing_centers(lower, upper, 6, np.random.RandomState(0))
+    assert centers.shape == (6, 3)
+    assert np.all(centers >= lower) and np.all(centers <= upper)
+    gaps = np.sqrt(((centers[:, None] - centers[None]) ** 2).sum(-1))[np.triu_indices(6, 1)]
+    # Placed at least 2r apart, r the last radius tried (a power-of-two fraction of 0.5).
+    assert gaps.min() >= 2 * 0.5 / 2**4
+    # Public draws: the same seed gives the same start.
+    again = sphere_packing_centers(lower, upper, 6, np.random.RandomState(0))
+    np.testing.assert_array_equal(centers, again)
+
+
+def test_the_sphere_packing_start_costs_no_budget():
+    X, _ = _data()
+    km = _fit(X, init="sphere-packing", epsilon=1.0, dp_max_iter=3, tol=0.0)
+    names = [r.what for r in km.privacy_accountant_.releases]
+    assert names == ["cluster sums and counts"] * 3 + ["inertia"]
+    assert km.privacy_spent_[0] == pytest.approx(1.0, rel=1e-9)
+    # No client step ran before the first noisy iteration (bounds are given).
+    with recording_runtime() as runtimes:
+        _fit(X, init="sphere-packing", epsilon=1.0, dp_max_iter=3)
+    tags = [r.tag for r in runtimes[0].received]
+    sums = ["secure sum: masked vectors", "secure sum: unmasking"]
+    assert tags == ["secure sum: pairwise seeds"] + sums * 4
+
+
+def test_sphere_packing_without_privacy_starts_within_the_data():
+    X, y = _data()
+    km = FederatedKMeans(3, init="sphere-packing", random_state=0).fit(X, client_ids=_ids(X))
+    central = KMeans(3, n_init=10, random_state=0).fit(X)
+    assert km.inertia_ <= 1.05 * central.inertia_

@@ -360,6 +360,38 @@ _DP_ITER_RANGE = (2, 7)
 _NOISE_HEADROOM = 40.0
 
 
+def sphere_packing_centers(lower, upper, n_clusters, random_state, *, retries=100):
+    """Centers spread in the box ``[lower, upper]``, chosen without looking at the data.
+
+    The initialisation of Su et al. (2016) that diffprivlib's ``KMeans``
+    uses: centers are drawn uniformly at least ``r`` inside the box and at
+    least ``2 r`` from each other, starting from ``r`` half the narrowest
+    width and halving ``r`` until ``retries`` draws in a row no longer fail
+    to place the next center. It reads no row, so it costs no privacy.
+    """
+    lower = np.asarray(lower, dtype=np.float64)
+    width = np.asarray(upper, dtype=np.float64) - lower
+    radius = float(width.min()) / 2.0
+    while radius > 0:
+        centers, failures = [], 0
+        while len(centers) < n_clusters and failures < retries:
+            step = random_state.random_sample(len(width)) * (width - 2 * radius)
+            candidate = lower + radius + step
+            nearest = (
+                np.sqrt(((np.array(centers) - candidate) ** 2).sum(axis=1).min()) if centers else 0
+            )
+            if centers and nearest < 2 * radius:
+                failures += 1
+                continue
+            centers.append(candidate)
+            failures = 0
+        if len(centers) == n_clusters:
+            return np.array(centers)
+        radius /= 2.0
+    # A box flat in some feature: uniform draws within it.
+    return lower + random_state.random_sample((n_clusters, len(width))) * width
+
+
 def su_iterations(epsilon, n_samples, n_features, n_clusters, rho=0.225):
     """Lloyd iterations for a private k-means at ``epsilon``: Su et al.'s rule.
 
@@ -517,17 +549,23 @@ class FederatedKMeans(
     ----------
     n_clusters : int, default=8
         Number of clusters.
-    init : {"k-fed", "random"} or array-like of shape (n_clusters, n_features), \
-            default="k-fed"
+    init : {"k-fed", "random", "sphere-packing"} or array-like of shape \
+            (n_clusters, n_features), default="k-fed"
         Initial centers. ``"k-fed"``: the one-shot k-FED centers (every
         client uploads the centers of a local k-means, the server clusters
         them; see :class:`~skfedclust.KFed`). ``"random"``: centers drawn from
         a Gaussian with the securely aggregated mean and per-feature variance
-        of the pooled rows (not scikit-learn's ``"random"``, which picks rows).
-        An array: these centers.
+        of the pooled rows (not scikit-learn's ``"random"``, which picks rows);
+        under ``privacy="dp"`` from noisy moments, at a share of the budget.
+        ``"sphere-packing"``: centers spread in a box without reading a row
+        (Su et al., 2016, as diffprivlib's ``KMeans``); the box is ``bounds``
+        under ``privacy="dp"`` (no privacy cost: the start to use there),
+        else two standard deviations around the pooled mean. An array: these
+        centers.
     n_init : int, default=1
-        Restarts (different k-FED seed clients or Gaussian draws); the fit of
-        lowest federated inertia is kept. An array ``init`` runs once.
+        Restarts (different k-FED seed clients, Gaussian draws or packings);
+        the fit of lowest federated inertia is kept (under ``privacy="dp"``
+        each restart takes its share of the budget). An array ``init`` runs once.
     max_iter : int, default=300
         Lloyd iterations at most.
     tol : float, default=1e-4
@@ -554,7 +592,8 @@ class FederatedKMeans(
         the fit is ``(epsilon, delta)``-differentially private for data sets
         that differ in one replaced row, with exact accounting over the
         iterations (see Notes and the :ref:`Privacy <privacy>` page).
-        Needs ``init="random"`` or an array.
+        Needs ``init="sphere-packing"`` (recommended), ``"random"`` or an
+        array: the k-FED start uploads local centers, which no noise covers.
     epsilon : float, default=1.0
         Privacy budget of the whole fit under ``privacy="dp"`` (> 0).
     delta : float, default=1e-5
@@ -702,7 +741,7 @@ class FederatedKMeans(
     Differentially private, with public bounds:
 
     >>> dp = FederatedKMeans(
-    ...     n_clusters=3, init="random", privacy="dp", epsilon=5.0,
+    ...     n_clusters=3, init="sphere-packing", privacy="dp", epsilon=5.0,
     ...     bounds=(-15.0, 15.0), random_state=0,
     ... ).fit([X[:100], X[100:200], X[200:]])
     >>> epsilon, delta = dp.privacy_spent_
@@ -713,7 +752,7 @@ class FederatedKMeans(
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
-        "init": [StrOptions({"k-fed", "random"}), "array-like"],
+        "init": [StrOptions({"k-fed", "random", "sphere-packing"}), "array-like"],
         "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -814,6 +853,14 @@ class FederatedKMeans(
 
     def _initial_centers(self, runtime, adder, active, mean, variance, random_state):
         k = self.n_clusters
+        if isinstance(self.init, str) and self.init == "sphere-packing":
+            # Without privacy the box is two standard deviations around the
+            # pooled mean (from the secure moments).
+            half = 2.0 * np.sqrt(variance)
+            return [
+                sphere_packing_centers(mean - half, mean + half, k, random_state)
+                for _ in range(self.n_init)
+            ]
         if isinstance(self.init, str) and self.init == "random":
             return [
                 mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
@@ -1061,12 +1108,13 @@ class FederatedKMeans(
         if isinstance(self.init, str) and self.init == "k-fed":
             raise ValueError(
                 "init='k-fed' uploads each client's local centers, which no differential-"
-                "privacy guarantee covers; with privacy='dp' use init='random' (a start drawn "
-                "from private moments) or an array of public centers"
+                "privacy guarantee covers; with privacy='dp' use init='sphere-packing' (centers "
+                "spread in the bounds, no privacy cost), init='random' (drawn from private "
+                "moments) or an array of public centers"
             )
         lower, upper = self._dp_bounds(runtime, everyone)
-        random_start = isinstance(self.init, str)
-        n_starts = self.n_init if random_start else 1
+        random_start = isinstance(self.init, str) and self.init == "random"
+        n_starts = self.n_init if isinstance(self.init, str) else 1
         plan = DPPlan(
             lower,
             upper,
@@ -1090,11 +1138,17 @@ class FederatedKMeans(
         if adder.secure:
             # Before the first broadcast: the set-up exchange would take it.
             adder.aggregator.setup()
-        starts = (
-            self._dp_random_starts(runtime, adder, plan, accountant, everyone, random_state)
-            if random_start
-            else [plan.clip_centers(self._array_init(runtime))]
-        )
+        if random_start:
+            starts = self._dp_random_starts(
+                runtime, adder, plan, accountant, everyone, random_state
+            )
+        elif isinstance(self.init, str):  # "sphere-packing"
+            starts = [
+                sphere_packing_centers(lower, upper, self.n_clusters, random_state)
+                for _ in range(self.n_init)
+            ]
+        else:
+            starts = [plan.clip_centers(self._array_init(runtime))]
         # scikit-learn's tolerance, on the variance of the box (public).
         tol = self.tol * float(np.mean((upper - lower) ** 2)) / 12.0
         best = None
