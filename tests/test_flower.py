@@ -736,6 +736,37 @@ def test_fedsc_on_flower_is_the_in_process_fit_and_its_noise_is_the_nodes():
         np.testing.assert_array_equal(fixed[0].coef_, fixed[1].coef_)
 
 
+def test_private_federated_kmeans_on_flower_draws_its_noise_on_the_nodes():
+    clients = _clients()
+
+    def dp():
+        return FederatedKMeans(
+            n_clusters=4,
+            init="sphere-packing",
+            privacy="dp",
+            epsilon=2.0,
+            bounds=(-20.0, 20.0),
+            random_state=3,
+        )
+
+    reference = dp().fit(clients)
+    first, memory, _ = _local_fit(dp(), clients)
+    second, _, _ = _local_fit(dp(), clients)
+    # Same random_state, same public start; each node drew its noise from its
+    # operating system: other centers, the same budget and bytes.
+    assert _differ(first.cluster_centers_, second.cluster_centers_)
+    for fit in (first, second):
+        assert fit.privacy_spent_ == reference.privacy_spent_
+        assert fit.noise_scales_ == reference.noise_scales_
+        _assert_same_communication(fit.communication_, reference.communication_)
+    # Each node labels its own rows by the final centers.
+    np.testing.assert_array_equal(memory.rows("labels", 4), first.predict(np.vstack(clients)))
+    # A node's private-seed (tests only) fixes its noise.
+    seeds = [21, 22, 23, 24]
+    fixed = [_local_fit(dp(), clients, private_seeds=seeds)[0] for _ in range(2)]
+    np.testing.assert_array_equal(fixed[0].cluster_centers_, fixed[1].cluster_centers_)
+
+
 def test_fedsc_under_the_simulation_runtime(tmp_path):
     from flwr.simulation import run_simulation
 
