@@ -25,6 +25,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "NEIGHBOURING_RELATIONS",
     "BudgetError",
@@ -59,6 +61,13 @@ def _gaussian():
             "differential privacy needs the 'dp-accounting' package: pip install dp-accounting"
         ) from exc
     return gaussian_mechanism
+
+
+def _quietly(function, *args):
+    # At extreme budgets dp_accounting takes the log of an underflowed
+    # difference on its way to the right answer; its warning says nothing.
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        return function(*args)
 
 
 def _check(value, name, *, low=0.0, high=math.inf, strict_low=True, strict_high=False):
@@ -112,7 +121,7 @@ def gaussian_sigma(sensitivity, epsilon, delta, compositions=1):
         raise ValueError(f"compositions must be an int >= 1, got {compositions!r}")
     if compositions < 1:
         raise ValueError(f"compositions must be an int >= 1, got {compositions!r}")
-    multiplier = _gaussian().get_sigma_gaussian(epsilon, delta)
+    multiplier = _quietly(_gaussian().get_sigma_gaussian, epsilon, delta)
     return float(multiplier * sensitivity * math.sqrt(compositions))
 
 
@@ -122,7 +131,7 @@ def gaussian_epsilon(mu, delta):
     delta = _check(delta, "delta", high=1.0, strict_high=True)
     if mu == 0:
         return 0.0
-    return float(_gaussian().get_epsilon_gaussian(1.0 / mu, delta))
+    return float(_quietly(_gaussian().get_epsilon_gaussian, 1.0 / mu, delta))
 
 
 @dataclass(frozen=True)
@@ -212,7 +221,7 @@ class PrivacyAccountant:
         """How much ``mu`` the budget still allows (``inf`` without a budget)."""
         if self.epsilon is None:
             return math.inf
-        total = 1.0 / _gaussian().get_sigma_gaussian(self.epsilon, self.delta)
+        total = 1.0 / _quietly(_gaussian().get_sigma_gaussian, self.epsilon, self.delta)
         return math.sqrt(max(total**2 - self.mu**2, 0.0))
 
     def charge(self, what, *, sensitivity, sigma, count=1):
