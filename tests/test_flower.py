@@ -885,6 +885,68 @@ def test_dc_on_a_hybrid_grid_of_nodes_is_the_in_process_fit(clusterer):
         estimator.predict(np.hstack(grid[0]))
 
 
+def test_dc_predicts_the_nodes_new_rows_with_the_parties_of_the_fit():
+    from skfedclust import DCClustering
+    from skfedclust.federation import use_runtime
+    from skfedclust.flower import predict_on_flower
+
+    grid, blocks, _ = _hybrid_grid()
+    new_grid, new_blocks, _ = _hybrid_grid(seed=1)
+    with use_runtime(_private_runtime(5)):
+        reference = DCClustering(n_clusters=3, random_state=0).fit(grid)
+    memory = Memory()
+    app = make_client_app(
+        Clients(blocks),
+        save_output=memory,
+        allowed_modules=ALLOWED,
+        load_new_data=Clients(new_blocks),
+    )
+    configs = [
+        {"partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": cols}
+        for i, cols in enumerate(["0,1,2", "3,4", "0,1,2", "3,4"])
+    ]
+    flower_grid = LocalGrid(app, configs)
+    estimator = fit_on_flower(
+        DCClustering(n_clusters=3, random_state=0),
+        flower_grid,
+        n_nodes=4,
+        allowed_modules=ALLOWED,
+        keep_for_predict=True,
+    )
+    assert estimator.flower_session_.open
+    result = predict_on_flower(estimator, flower_grid, keep_for_predict=True)
+    # Each row group's first party writes the labels of its new rows: those the
+    # in-process model, whose parties hold the same private maps, predicts.
+    for i in range(2):
+        expected = reference.predict(np.hstack(new_grid[i]), row_group=i)
+        np.testing.assert_array_equal(memory.written[("predicted-labels", 2 * i)], expected)
+        np.testing.assert_array_equal(result["labels"][2 * i], expected)
+    np.testing.assert_array_equal(result["written"]["predicted-labels"], [90, 0, 110, 0])
+    assert result["communication"]["bytes_up"] > 0
+    # The training labels written at the fit are left as they were.
+    np.testing.assert_array_equal(memory.written[("labels", 0)], reference.labels_[:90])
+    # A second run; then, without keep_for_predict, the nodes drop their state.
+    predict_on_flower(estimator, flower_grid)
+    assert not estimator.flower_session_.open
+    with pytest.raises(RuntimeError, match="keep_for_predict"):
+        predict_on_flower(estimator, flower_grid)
+    for context in flower_grid.contexts.values():
+        assert not any(k.startswith("skfedclust.") for k in context.state.config_records.keys())
+
+
+def test_predict_on_flower_is_for_the_estimators_whose_parties_keep_state():
+    from skfedclust.flower import predict_on_flower
+
+    estimator, _, grid = _local_fit(KFed(n_clusters=4, random_state=0), _clients())
+    with pytest.raises(NotSupportedOnFlower, match="estimator.predict"):
+        predict_on_flower(estimator, grid)
+    from skfedclust import DCClustering
+
+    fitted, _, grid = _local_fit(DCClustering(n_clusters=4, random_state=0), _clients())
+    with pytest.raises(RuntimeError, match="keep_for_predict=True"):
+        predict_on_flower(fitted, grid)
+
+
 def test_layouts_the_nodes_declare_are_checked():
     from skfedclust import DCClustering
 

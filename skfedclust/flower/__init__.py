@@ -22,6 +22,7 @@ from ._client import (
     FileLoader,
     FileWriter,
     load_node_data,
+    load_node_new_data,
     make_client_app,
     node_layout,
     save_node_output,
@@ -37,10 +38,12 @@ from ._crypto import (
 from ._runtime import (
     FlowerNodeError,
     FlowerRuntime,
+    FlowerSession,
     FlowerTimeoutError,
     NotSupportedOnFlower,
     Transport,
     fit_on_flower,
+    predict_on_flower,
 )
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "FileWriter",
     "FlowerNodeError",
     "FlowerRuntime",
+    "FlowerSession",
     "FlowerTimeoutError",
     "IdentityKey",
     "NotSupportedOnFlower",
@@ -58,8 +62,10 @@ __all__ = [
     "fingerprint",
     "fit_on_flower",
     "load_node_data",
+    "load_node_new_data",
     "load_trusted_identities",
     "make_client_app",
     "node_layout",
+    "predict_on_flower",
     "save_node_output",
 ]

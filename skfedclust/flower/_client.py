@@ -194,6 +194,9 @@ class FileWriter:
 
 
 load_node_data = FileLoader()
+#: The default loader of a node's new rows for a predict run (node-config
+#: field ``new-data-path``).
+load_node_new_data = FileLoader("{new-data-path}")
 save_node_output = FileWriter()
 
 
@@ -282,11 +285,17 @@ def _node_record(context, session):
     return context.state.config_records[key]
 
 
-def _drop_records(context):
-    """Forget the records of every fit (the one ending, and any that was aborted)."""
+def _drop_records(context, keep=None):
+    """Forget the records of every fit (the one ending, and any that was aborted).
+
+    ``keep``: a session whose handshake and state stay (for a later predict
+    run in the same Flower run); its outputs go, once written.
+    """
+    kept = set() if keep is None else {_key(NODE, keep), _key(STATE, keep)}
     for store in (context.state.config_records, context.state.array_records):
         for key in [k for k in store.keys() if k.split(":", 1)[0] in (NODE, STATE, OUTPUTS)]:
-            del context.state[key]
+            if key not in kept:
+                del context.state[key]
 
 
 def _load_state(context, session, which=STATE):
@@ -328,8 +337,17 @@ def _private_entropy(node_config):
 class _Service:
     """The four message handlers of a node (see :func:`make_client_app`)."""
 
-    def __init__(self, load_data, save_output, allowed_modules, client_name, layout=node_layout):
+    def __init__(
+        self,
+        load_data,
+        save_output,
+        allowed_modules,
+        client_name,
+        layout=node_layout,
+        load_new_data=load_node_new_data,
+    ):
         self.load_data = load_data
+        self.load_new_data = load_new_data
         self.save_output = save_output
         self.allowed_modules = tuple(allowed_modules)
         self.client_name = client_name
@@ -352,11 +370,27 @@ class _Service:
             self._cache[key] = (raw, names)
         return self._cache[key]
 
+    def new_data(self, context, session):
+        """The node's new rows for a predict run of ``session`` (``None``: it has none)."""
+        key = (context.run_id, context.node_id, session, "new")
+        if key not in self._cache:
+            raw = self.load_new_data(context.node_config)
+            if raw is not None:
+                raw = np.ascontiguousarray(
+                    check_client_array(raw, f"the new rows of node {context.node_id}")
+                )
+            if len(self._cache) >= 8:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = raw
+        return self._cache[key]
+
     # -- handlers ----------------------------------------------------------------
     def hello(self, message, context):
         control, _, _ = from_content(message.content, "handshake")
         # Refused here, before the node loads or reveals anything of its data.
         NodePolicy.from_node_config(context.node_config).check_method(str(control.get("method")))
+        if control.get("predict"):
+            return self.hello_predict(control, context)
         data, names = self.data(context)
         keys = _crypto.KeyPair()
         session = str(control["session"])
@@ -394,6 +428,27 @@ class _Service:
             "columns": None if layout is None else layout[1],
         }
         return to_content(reply)
+
+    def hello_predict(self, control, context):
+        """Handshake of a predict run: the fit's parties go on, with the node's new rows."""
+        session = str(control["session"])
+        record = _node_record(context, session)
+        fitted = self.data(context)[0]
+        new = self.new_data(context, session) if fitted is not None else None
+        if new is not None and new.shape[1] != fitted.shape[1]:
+            raise ValueError(
+                f"the node's new rows have {new.shape[1]} features; it fitted with "
+                f"{fitted.shape[1]}"
+            )
+        record["phase"] = "predict"
+        _save_state(context, session, {}, OUTPUTS)
+        return to_content(
+            {
+                "session": session,
+                "n_rows": 0 if new is None else int(new.shape[0]),
+                "n_features": 0 if new is None else int(new.shape[1]),
+            }
+        )
 
     def _session(self, context, control):
         return _node_record(context, str(control.get("session")))
@@ -446,7 +501,10 @@ class _Service:
             )
             inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
 
-        data = self.data(context)[0] if party < int(begin["n_clients"]) else None
+        data = None
+        if party < int(begin["n_clients"]):
+            predicting = "phase" in record and record["phase"] == "predict"
+            data = self.new_data(context, session) if predicting else self.data(context)[0]
         me = Party(
             party,
             begin["seed"],
@@ -503,8 +561,10 @@ class _Service:
         control, _, _ = from_content(message.content, "finish message")
         record = self._session(context, control)
         outputs = _load_state(context, record["session"], OUTPUTS)
+        prefix = str(control.get("prefix", ""))
         written = {}
         for key, values in outputs.items():
+            key = prefix + key
             where = self.save_output(context.node_config, key, values)
             written[key] = 0 if where is None else int(np.shape(values)[0])
             if where is None:
@@ -514,8 +574,9 @@ class _Service:
             else:
                 logger.info("node %s: %r written to %s", context.node_id, key, where)
         # The fit is over: its keys, state and outputs leave the node's Context,
-        # with what any aborted fit left there.
-        _drop_records(context)
+        # with what any aborted fit left there; unless the server asks the node
+        # to keep its keys and state for a predict run of this Flower run.
+        _drop_records(context, keep=record["session"] if control.get("keep") else None)
         return to_content({"session": control["session"], "written": written})
 
     # -- dispatch ----------------------------------------------------------------
@@ -539,6 +600,7 @@ def make_client_app(
     allowed_modules=DEFAULT_ALLOWED_MODULES,
     layout=node_layout,
     app=None,
+    load_new_data=load_node_new_data,
 ):
     """A Flower ClientApp that runs skfedclust client steps on the node's own data.
 
@@ -568,6 +630,12 @@ def make_client_app(
         node holds every feature of its rows.
     app : ClientApp, default=None
         Add the handlers to this ClientApp instead of a new one.
+    load_new_data : callable, default=load_node_new_data
+        ``load_new_data(node_config) -> array or None``: the node's new rows
+        for a predict run (:func:`~skfedclust.flower.predict_on_flower`),
+        checked as ``load_data``'s. The default reads the file named by the
+        ``new-data-path`` field of the node config; its labels are written
+        as output ``"predicted-labels"``.
 
     Notes
     -----
@@ -587,7 +655,7 @@ def make_client_app(
     app : flwr.clientapp.ClientApp
     """
     require_flwr()
-    service = _Service(load_data, save_output, allowed_modules, client_name, layout)
+    service = _Service(load_data, save_output, allowed_modules, client_name, layout, load_new_data)
     app = ClientApp() if app is None else app
     for message_type, handler in (
         (HELLO, service.hello),

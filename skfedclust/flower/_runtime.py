@@ -54,8 +54,10 @@ __all__ = [
     "FlowerRuntime",
     "FlowerTimeoutError",
     "NotSupportedOnFlower",
+    "FlowerSession",
     "Transport",
     "fit_on_flower",
+    "predict_on_flower",
 ]
 
 
@@ -666,8 +668,16 @@ class FlowerRuntime(Runtime):
         """
         return None
 
-    def finish(self):
+    def finish(self, *, keep=False, prefix=""):
         """Tell every node the fit is over: it writes its row outputs and drops its state.
+
+        Parameters
+        ----------
+        keep : bool, default=False
+            Ask the nodes to keep their keys and state of this session for a
+            predict run later in the same Flower run.
+        prefix : str, default=""
+            Prepended to the key of every output the nodes write.
 
         Returns
         -------
@@ -678,7 +688,7 @@ class FlowerRuntime(Runtime):
         parties = list(range(self.n_parties))
         messages = [
             Message(
-                to_content({"session": self.session}),
+                to_content({"session": self.session, "keep": bool(keep), "prefix": prefix}),
                 dst_node_id=self.node_ids[c],
                 message_type=FINISH,
             )
@@ -710,6 +720,53 @@ class FlowerRuntime(Runtime):
     def transport_report(self):
         """:meth:`Transport.report` for this runtime's parties."""
         return self.transport.report(self.n_parties)
+
+    def continued(self, session, client_sizes):
+        """Resume the parties of ``session`` (a :class:`FlowerSession`) on new rows."""
+        self._begun = [True] * self.n_parties
+        self._exchange = session.last_exchange
+        self.client_sizes = np.asarray(client_sizes, dtype=np.intp)
+        return self
+
+
+class FlowerSession:
+    """What the server knows of a Flower fit whose nodes kept their state for predict runs.
+
+    Set as ``flower_session_`` by :func:`fit_on_flower` with
+    ``keep_for_predict=True``: the session id, the nodes of the parties, their
+    public keys and the public layout, all public; the parties' state stays
+    on the nodes, in their Flower Context, for the rest of the Flower run.
+
+    Attributes
+    ----------
+    session : str
+        Id of the fit.
+    node_ids : list of int
+        Flower node of every party.
+    last_exchange : int
+        Number of the last exchange run (a predict run numbers on from it).
+    open : bool
+        Whether the nodes still keep their state (a predict run with
+        ``keep_for_predict=False`` ends the session).
+    """
+
+    def __init__(self, runtime):
+        self.session = runtime.session
+        self.node_ids = list(runtime.node_ids)
+        self.n_clients = runtime.n_clients
+        self.seeds = np.asarray(runtime.seeds)
+        self.n_features = runtime.n_features
+        self.public_keys = list(runtime.public_keys)
+        self.identities = list(runtime.identities)
+        self.row_groups = runtime.row_groups
+        self.client_columns = runtime.client_columns
+        self.allowed_modules = runtime.allowed_modules
+        self.last_exchange = runtime._exchange
+        self.open = True
+
+    def __repr__(self):
+        state = "open" if self.open else "closed"
+        return f"FlowerSession({self.session!r}, {len(self.node_ids)} parties, {state})"
 
 
 # --------------------------------------------------------------------------- #
@@ -970,6 +1027,7 @@ def fit_on_flower(
     connect_timeout=120.0,
     allowed_modules=DEFAULT_ALLOWED_MODULES,
     poll_interval=DEFAULT_POLL_INTERVAL,
+    keep_for_predict=False,
 ):
     """Fit ``estimator`` on the data of Flower nodes; call it in a ServerApp's ``main``.
 
@@ -1008,6 +1066,11 @@ def fit_on_flower(
     poll_interval : float, default=0.1
         Seconds between two pulls of the nodes' replies from the SuperLink
         (Flower's ``Grid.send_and_receive`` waits 3 s).
+    keep_for_predict : bool, default=False
+        Ask the nodes to keep their keys and protocol state after the fit,
+        for :func:`predict_on_flower` later in the same ServerApp run (DC and
+        OmniFC predict with state only the parties hold). Sets
+        ``flower_session_``.
 
     Returns
     -------
@@ -1124,7 +1187,11 @@ def fit_on_flower(
             who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
             runtime.stage(f"party {party}: node {node_id}, {who}")
         estimator._fit_runtime(runtime, random_state)
-        written = runtime.finish()
+        written = runtime.finish(keep=keep_for_predict)
+    if keep_for_predict:
+        estimator.flower_session_ = FlowerSession(runtime)
+    else:
+        estimator.__dict__.pop("flower_session_", None)
     estimator.transport_ = runtime.transport_report()
     estimator.client_nodes_ = np.asarray(runtime.node_ids, dtype=np.uint64)
     estimator.client_identities_ = [
@@ -1133,3 +1200,138 @@ def fit_on_flower(
     ]
     estimator.client_outputs_ = written
     return estimator
+
+
+def predict_on_flower(
+    estimator,
+    grid,
+    *,
+    timeout=600.0,
+    poll_interval=DEFAULT_POLL_INTERVAL,
+    keep_for_predict=False,
+):
+    """Label the new rows the nodes hold, with the parties of a Flower fit.
+
+    For the estimators whose ``predict`` needs state only the parties hold
+    (:class:`~skfedclust.DCClustering`: each party's private map;
+    :class:`~skfedclust.OmniFCClustering`: the shares of the training rows),
+    fitted by :func:`fit_on_flower` with ``keep_for_predict=True`` in the
+    same ServerApp run. Each node loads its new rows (``load_new_data`` of
+    :func:`make_client_app`, by default the ``new-data-path`` field of its
+    node config) and the estimator's predict protocol runs with the parties
+    of the fit; each node writes the labels of its new rows as output
+    ``"predicted-labels"``. Nothing of the new rows reaches the server beyond
+    what the protocol sends. Other estimators predict from what the server
+    holds (``estimator.predict``) without the nodes.
+
+    Parameters
+    ----------
+    estimator : DCClustering or OmniFCClustering
+        Fitted by :func:`fit_on_flower` with ``keep_for_predict=True``.
+    grid : flwr.serverapp.Grid
+        The grid of the ServerApp run that fitted it.
+    timeout : float, default=600
+        Seconds to wait for the replies of one exchange.
+    poll_interval : float, default=0.1
+        Seconds between two pulls of the nodes' replies.
+    keep_for_predict : bool, default=False
+        Keep the parties' state for another predict run; otherwise the nodes
+        drop it at the end of this one and the session is closed.
+
+    Returns
+    -------
+    result : dict
+        ``"written"``: rows of predicted labels each party wrote;
+        ``"communication"``: the ledger report of the predict run;
+        ``"labels"``: what the server learned of the labels (the analyst's
+        labels for DC, whose server assigns them; the querier's labels for
+        OmniFC, whose server decodes the distances), by party.
+    """
+    require_flwr()
+    name = type(estimator).__name__
+    predict = getattr(estimator, "_predict_runtime", None)
+    if predict is None:
+        raise NotSupportedOnFlower(
+            f"{name} predicts from what the server holds: call estimator.predict(X); "
+            "predict_on_flower is for DCClustering and OmniFCClustering, whose parties "
+            "keep what predict needs"
+        )
+    session = getattr(estimator, "flower_session_", None)
+    if session is None or not session.open:
+        raise RuntimeError(
+            f"{name} was not fitted on Flower with keep_for_predict=True, or its nodes "
+            "already dropped their state (a predict run without keep_for_predict=True ends "
+            "the session): fit again with fit_on_flower(..., keep_for_predict=True)"
+        )
+    transport = Transport()
+    messages = [
+        Message(
+            to_content({"session": session.session, "method": name, "predict": True}),
+            dst_node_id=n,
+            message_type=HELLO,
+        )
+        for n in session.node_ids
+    ]
+    replies = _exchange(
+        grid,
+        messages,
+        list(range(len(session.node_ids))),
+        what="the predict handshake",
+        timeout=timeout,
+        transport=transport,
+        kind="handshake",
+        poll_interval=poll_interval,
+    )
+    sizes = []
+    for c, (node_id, reply) in enumerate(zip(session.node_ids, replies)):
+        control, _, _ = _decode_reply(
+            reply, node_id=node_id, party=c, what="the predict handshake", session=session.session
+        )
+        n_rows = control.get("n_rows")
+        if not isinstance(n_rows, int) or isinstance(n_rows, bool) or n_rows < 0:
+            raise FlowerNodeError(
+                f"node {node_id} sent a predict handshake without a valid 'n_rows'",
+                node_id=node_id,
+                party=c,
+                step="the predict handshake",
+            )
+        if c < session.n_clients and n_rows and control.get("n_features") != _width(session, c):
+            raise ValueError(
+                f"node {node_id} (party {c}) holds new rows of {control.get('n_features')} "
+                f"features; it fitted with {_width(session, c)}"
+            )
+        sizes.append(n_rows)
+    runtime = FlowerRuntime(
+        grid,
+        session.node_ids,
+        session=session.session,
+        seeds=session.seeds,
+        client_sizes=sizes[: session.n_clients],
+        n_features=session.n_features,
+        public_keys=session.public_keys,
+        identities=session.identities,
+        n_clients=session.n_clients,
+        timeout=timeout,
+        allowed_modules=session.allowed_modules,
+        name=f"{name}.predict",
+        row_groups=session.row_groups,
+        client_columns=session.client_columns,
+    ).continued(session, sizes[: session.n_clients])
+    runtime.transport = transport
+    runtime.poll_interval = poll_interval
+    with progress(estimator.verbose):
+        labels = predict(runtime)
+        written = runtime.finish(keep=keep_for_predict, prefix="predicted-")
+    session.last_exchange = runtime._exchange
+    session.open = bool(keep_for_predict)
+    return {
+        "written": written,
+        "communication": runtime.ledger.report(),
+        "labels": labels,
+    }
+
+
+def _width(session, c):
+    if session.client_columns is None:
+        return session.n_features
+    return len(session.client_columns[c])

@@ -1107,7 +1107,10 @@ class DCClustering(BaseFederatedClustering):
 
         The private maps never leave the parties, so only the process that
         fitted the model (which played every party) can run it: a pickled or
-        copied model, or one fitted on Flower, raises a ``RuntimeError``.
+        copied model, or one fitted on Flower, raises a ``RuntimeError``. On
+        Flower the nodes label their own new rows with
+        :func:`~skfedclust.flower.predict_on_flower` (fit with
+        ``keep_for_predict=True``).
 
         Parameters
         ----------
@@ -1131,7 +1134,8 @@ class DCClustering(BaseFederatedClustering):
                 "new rows with its private map f, which never leaves it. They exist only in "
                 "the process that ran fit in-process; this model was unpickled or copied, or "
                 "fitted on a deployed federation whose nodes keep nothing after the fit. "
-                "Refit, or label new rows with fit_predict on the parties' data."
+                "Refit, or label new rows with fit_predict on the parties' data; on Flower, "
+                "fit with keep_for_predict=True and call skfedclust.flower.predict_on_flower."
             )
         runtime = InProcessRuntime(
             self._predict_federation(X, row_group),
@@ -1140,6 +1144,35 @@ class DCClustering(BaseFederatedClustering):
             session=session,
         )
         present = [i for i in range(len(self.row_groups_)) if np.any(row_group == i)]
+        self._predict_protocol(runtime, present)
+        return np.asarray(runtime.hand_back("labels"), dtype=np.intp)
+
+    def _predict_runtime(self, runtime):
+        """The predict protocol on a runtime whose parties hold their new rows (Flower).
+
+        A row group takes part when its parties hold new rows, the same
+        number each (their features of the same rows). Returns the labels the
+        analyst assigned, by party.
+        """
+        sizes = np.asarray(runtime.client_sizes)
+        present = []
+        for i, group in enumerate(self.row_groups_):
+            counts = sizes[list(group)]
+            if not counts.any():
+                continue
+            if np.any(counts != counts[0]):
+                raise ValueError(
+                    f"the parties {list(group)} of row group {i} hold {counts.tolist()} new "
+                    "rows: each holds its features of the same new rows"
+                )
+            present.append(i)
+        if not present:
+            raise ValueError("no party holds new rows to predict")
+        labels = self._predict_protocol(runtime, present)
+        return {c: labels[i] for i in present for c in self.row_groups_[i]}
+
+    def _predict_protocol(self, runtime, present):
+        """Upload, assignment by the analyst, labels back: the analyst's labels by row group."""
         parties = [c for i in present for c in self.row_groups_[i]]
         uploads = runtime.run(dc_party_predict_upload, tag=TAG_PREDICT_UP, clients=parties)
         labels = runtime.server(
@@ -1158,7 +1191,7 @@ class DCClustering(BaseFederatedClustering):
             {c: labels[i] for i in present for c in self.row_groups_[i]}, tag=TAG_PREDICT_DOWN
         )
         runtime.run(dc_party_predict_labels, tag="predicted labels", clients=parties)
-        return np.asarray(runtime.hand_back("labels"), dtype=np.intp)
+        return labels
 
 
 def _row_group_of(groups, party):
