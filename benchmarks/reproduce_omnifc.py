@@ -383,12 +383,14 @@ def rounds_text(row):
         f"the encoded distance matrices. The estimator counts {rounds} rounds and {setup} "
         "set-up round(s)"
     )
-    if (rounds, setup) == (3, 1):
+    if (rounds, setup) == (4, 3):
         text += (
-            ": the pairwise masks of the secure offset agreement (set-up), the masked sums "
-            "up and the common offset down (round 1), the share exchange (round 2), the "
-            "upload of the encoded distances with the labels down (round 3). Its rounds 2 "
-            "and 3 are the spec's two; the offset agreement comes on top."
+            ": the secure agreement on the common offset (the bounds on |x| and the secure "
+            "sum's pairwise seeds as set-up, the masked column sums up and the unmasking as "
+            "rounds 1 and 2, the offset down), the bounds around the offset (set-up), the "
+            "share exchange (round 3), the upload of the encoded distances with the labels "
+            "down (round 4). Its rounds 3 and 4 are the spec's two; the offset agreement "
+            "comes on top."
         )
     else:
         text += "."

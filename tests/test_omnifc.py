@@ -22,7 +22,7 @@ from sklearn.preprocessing import StandardScaler, normalize
 from skfedclust import OmniFCClustering
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
-from skfedclust.federation import use_runtime
+from skfedclust.federation import InProcessRuntime, use_runtime
 from skfedclust.methods._omnifc import PEAK_COPIES
 from skfedclust.metrics import kappa
 from skfedclust.partition import IIDPartition, NonIIDLevelPartition
@@ -33,6 +33,8 @@ from skfedclust.secure import (
     max_safe_precision,
     quantize,
 )
+from skfedclust.secure._lcc import DataHolderDroppedError
+from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 
@@ -46,6 +48,29 @@ def exact_sq(X, Y, q):
     Xi = np.rint(np.ldexp(X, q)).astype(np.int64)
     Yi = np.rint(np.ldexp(Y, q)).astype(np.int64)
     return ((Xi[:, None, :] - Yi[None, :, :]) ** 2).sum(-1) / 4.0**q
+
+
+def offset_sum_bytes(n_clients, d):
+    """Bytes of the common offset's secure sum per data client (complete graph below 10).
+
+    ``up``: the masked column sums (d int64), their structure ("array", its length, "int":
+    16 bytes) and a 32-byte self-mask share per neighbour back in the unmasking; ``peer``
+    (client ``j``): a 16-byte seed to every later neighbour (set-up) and a 32-byte share to
+    every neighbour; ``down``: who uploaded (8 bytes per data client).
+    """
+    deg = n_clients - 1
+    return {
+        "up": 8 * d + 16 + 32 * deg,
+        "peer": [16 * (deg - j) + 32 * deg for j in range(n_clients)],
+        "down": 8 * n_clients,
+    }
+
+
+class DropFromOffset(InProcessRuntime):
+    """Loses client 2's masked upload to the offset's secure sum (it drops after masking)."""
+
+    def _lost(self, tag, party):
+        return tag == TAG_SUM_UPLOAD and party == 2
 
 
 def q_auto(X, est):
@@ -228,19 +253,35 @@ def test_n_parties_lets_few_data_holders_run(blobs):
     est = OmniFCClustering(3, n_parties=7, clusterer="kmedoids").fit(clients)
     assert est.n_parties_ == 7 and est.n_clients_ == 3
     report = est.communication_
-    # set-up: pairwise masks with the bounds on |x|, then the bounds around the
-    # offset; rounds: the offset, the share exchange, the streamed upload
-    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
+    # set-up: the bounds on |x|, the secure sum's pairwise seeds, the bounds around
+    # the offset; rounds: the offset's secure sum (upload, unmasking), the share
+    # exchange, the streamed upload
+    assert (report["setup_rounds"], report["rounds"]) == (3, 4)
     assert len(report["per_client"]["bytes_up"]) == 7
-    # share-holding parties without data upload but send no shares and no masks
+    # share-holding parties without data upload but send no shares and take no part
+    # in the offset's secure sum
     assert np.all(report["per_client"]["bytes_peer_sent"][3:] == 0)
     # bounds: one float64 |x|, two float64 around the offset
-    distances, masked_sum, bounds = 4 * 120 * 119 // 2, 8 * 2, 8 + 16
+    distances, offset, bounds = 4 * 120 * 119 // 2, offset_sum_bytes(3, 2)["up"], 8 + 16
     assert (
         report["per_client"]["bytes_up"].tolist()
-        == [distances + masked_sum + bounds] * 3 + [distances] * 4
+        == [distances + offset + bounds] * 3 + [distances] * 4
     )
     assert np.array_equal(est.dissimilarity_matrix_, exact_sq(X, X, est.precision_))
+
+
+def test_a_data_client_dropping_from_the_offset_ends_the_fit_clearly(blobs):
+    X, _ = blobs
+    clients = np.array_split(X, 7)
+    # The secure sum recovers from the dropout (the neighbours reveal their pairwise
+    # keys with client 2), but the distances need every data holder's rows.
+    with (
+        use_runtime(DropFromOffset),
+        pytest.raises(
+            DataHolderDroppedError, match=r"data clients \[2\] dropped .* needs every data holder"
+        ),
+    ):
+        OmniFCClustering(3, clusterer="kmedoids", random_state=0).fit(clients)
 
 
 def test_communication_matches_protocol(blobs):
@@ -249,13 +290,15 @@ def test_communication_matches_protocol(blobs):
     sizes = est.client_sizes_
     report = est.communication_
     w, d = 1, 2  # two features in two segments
-    # shares, plus one 8-byte mask per feature to every later client
-    sent = [4 * 6 * s * w + 8 * d * (6 - j) for j, s in enumerate(sizes)]
+    offset = offset_sum_bytes(7, d)
+    # shares, plus the offset's secure sum (seeds and self-mask shares)
+    sent = [4 * 6 * s * w + offset["peer"][j] for j, s in enumerate(sizes)]
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
-    assert report["bytes_up"] == 7 * (4 * 120 * 119 // 2 + 8 * d + 8 + 16)
+    assert report["bytes_up"] == 7 * (4 * 120 * 119 // 2 + offset["up"] + 8 + 16)
     item = est.labels_.itemsize
-    # the offset (d float64) and the labels
-    assert report["per_client"]["bytes_down"].tolist() == [8 * d + item * s for s in sizes]
+    # who uploaded to the secure sum, the offset (d float64) and the labels
+    expected = [offset["down"] + 8 * d + item * s for s in sizes]
+    assert report["per_client"]["bytes_down"].tolist() == expected
 
 
 def test_bad_input_raises(blobs):
@@ -608,25 +651,30 @@ def test_protocol_rounds_and_bytes(n_parties):
     def peer(runtime):
         sizes, n, w = _protocol_sizes(runtime, d)
         m_c, m = runtime.n_clients, runtime.n_parties
-        # set-up: one 8d-byte mask from every data client to every later one;
-        # round 2: client i's shares, 4 n_i w bytes to each of the m - 1 other parties
-        return 8 * d * m_c * (m_c - 1) // 2 + item * w * (m - 1) * n
+        # set-up and rounds 1-2: the offset's secure sum among the data clients;
+        # round 3: client i's shares, 4 n_i w bytes to each of the m - 1 other parties
+        return sum(offset_sum_bytes(m_c, d)["peer"]) + item * w * (m - 1) * n
 
     def up(runtime):
         _, n, _ = _protocol_sizes(runtime, d)
         # set-up: the bound on |x| (8 bytes) and the bounds around the offset (16 bytes)
-        # from every data client; round 1: one 8d-byte masked sum per data client;
-        # round 3: every party's n(n-1)/2 encoded distances, 4 bytes each, in tiles
-        return (8 + 16 + 8 * d) * runtime.n_clients + runtime.n_parties * item * n * (n - 1) // 2
+        # from every data client; rounds 1-2: the offset's secure sum;
+        # round 4: every party's n(n-1)/2 encoded distances, 4 bytes each, in tiles
+        m_c = runtime.n_clients
+        return (8 + 16 + offset_sum_bytes(m_c, d)["up"]) * m_c + runtime.n_parties * item * n * (
+            n - 1
+        ) // 2
 
     def down(runtime):
         _, n, _ = _protocol_sizes(runtime, d)
-        # round 1: the mean (8d bytes) to every data client; round 3: the labels of its rows
-        return 8 * d * runtime.n_clients + n * est.labels_.itemsize
+        # round 1: who uploaded to the secure sum, round 2: the mean (8d bytes), to every
+        # data client; round 4: the labels of its rows
+        m_c = runtime.n_clients
+        return (offset_sum_bytes(m_c, d)["down"] + 8 * d) * m_c + n * est.labels_.itemsize
 
-    runtime = check_protocol(est, clients, rounds=3, bytes_up=up, bytes_down=down, bytes_peer=peer)
+    runtime = check_protocol(est, clients, rounds=4, bytes_up=up, bytes_down=down, bytes_peer=peer)
     report = runtime.ledger.report()
-    assert report["setup_rounds"] == 2
+    assert report["setup_rounds"] == 3
     assert runtime.n_parties == (9 if n_parties else 7)
     # every party's upload is its own encoded distances; data-less parties send nothing else
     per = report["per_client"]
@@ -635,8 +683,11 @@ def test_protocol_rounds_and_bytes(n_parties):
         assert per["bytes_peer_sent"][j] == 0 and per["bytes_down"][j] == 0
     tags = {(m.tag, m.sender == "server") for m in runtime.ledger.messages}
     assert tags == {
-        ("mask", False),
-        ("masked sum", False),
+        ("bound on |x|", False),
+        ("secure sum: pairwise seeds", False),
+        ("secure sum: masked vectors", False),
+        ("secure sum: who uploaded", True),
+        ("secure sum: unmasking", False),
         ("offset", True),
         ("bounds around offset", False),
         ("LCC share", False),
@@ -669,7 +720,7 @@ def test_data_less_parties_never_hold_raw_data():
     outputs = runtimes[-1].party_outputs()
     for client in range(3):
         assert "encoded rows" in states[client] and "labels" in outputs[client]
-        assert states[client]["own share"] is None and states[client]["masks sent"] is None
+        assert states[client]["own share"] is None
 
 
 def test_labels_go_down_to_each_client_as_its_own_rows():
@@ -696,13 +747,16 @@ def test_server_steps_get_only_what_was_sent():
     # 50 rows: the whole upload is one exchange of tiles
     assert steps == [
         "max_bound_step",
-        "offset_server_step",
+        "unmask_sum",
         "max_bound_step",
         "lcc_decode_tiles_step",
         "omnifc_server_step",
     ]
     for _, (bounds,), _ in (runtime.server_inputs[0], runtime.server_inputs[2]):
-        assert bounds.tag in ("mask", "bounds around offset") and len(bounds) == 7
+        assert bounds.tag in ("bound on |x|", "bounds around offset") and len(bounds) == 7
+    # the offset: masked uploads and unmasking shares only (no client's sums)
+    _, (uploads, reveals), _ = runtime.server_inputs[1]
+    assert (uploads.tag, reveals.tag) == ("secure sum: masked vectors", "secure sum: unmasking")
     _, (distances,), public = runtime.server_inputs[3]
     assert distances.tag == "encoded distances" and len(distances) == 7
     # centred int32 residues of the upper triangle, nothing else

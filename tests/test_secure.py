@@ -23,6 +23,7 @@ from skfedclust.secure import (
     modular_matmul,
     quantize,
     server_decoding_weights,
+    shamir_combine,
 )
 from skfedclust.secure._field import FAST_PRIME, ModularProduct, centred
 from skfedclust.secure._lcc import (
@@ -32,6 +33,8 @@ from skfedclust.secure._lcc import (
     tile_elements,
     tile_exchanges,
 )
+from skfedclust.secure._secure_sum import TAG_UNMASK, _self_mask
+from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
 from skfedclust.utils.protocol_checks import RecordingRuntime
 
 MERSENNE = 2**31 - 1
@@ -377,26 +380,44 @@ def test_bad_input_raises():
 # --------------------------------------------------------------------------- #
 # Protocol bookkeeping and streaming
 # --------------------------------------------------------------------------- #
+def offset_sum_bytes(n_clients, d):
+    """Bytes of the common offset's secure sum per data client (complete graph below 10).
+
+    ``up``: the masked column sums (d int64), their structure ("array", its length, "int":
+    16 bytes) and a 32-byte self-mask share per neighbour back in the unmasking; ``peer``
+    (client ``j``): a 16-byte seed to every later neighbour (set-up) and a 32-byte share to
+    every neighbour; ``down``: who uploaded (8 bytes per data client).
+    """
+    deg = n_clients - 1
+    return {
+        "up": 8 * d + 16 + 32 * deg,
+        "peer": [16 * (deg - j) + 32 * deg for j in range(n_clients)],
+        "down": 8 * n_clients,
+    }
+
+
 def test_ledger_counts_shares_and_uploads():
     sizes = [3, 5, 4, 6, 2, 3, 7]
     clients = [np.random.RandomState(i).rand(s, 9) for i, s in enumerate(sizes)]
     n, m, w = sum(sizes), 7, 5  # 9 features padded to 2 segments of 5
     _, ledger = lcc_squared_distances(clients, precision=8)
     report = ledger.report()
-    # set-up: the pairwise masks with the bounds on |x|, the bounds around the offset;
-    # rounds: the masked sums (offset), the shares, the streamed uploads
-    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
+    # set-up: the bounds on |x|, the secure sum's seeds, the bounds around the offset;
+    # rounds: the secure sum of the offset (upload, unmasking), the shares, the
+    # streamed uploads
+    assert (report["setup_rounds"], report["rounds"]) == (3, 4)
     d = 9
+    offset = offset_sum_bytes(m, d)
     # (m - 1) n_j w shares sent by client j, n(n-1)/2 elements uploaded per party;
-    # plus one 8-byte mask per feature for every later client, one masked sum up and
-    # the bounds (one float64 |x|, two float64 around the offset)
-    masks = [8 * d * (m - 1 - j) for j in range(m)]
+    # plus the offset's secure sum and the bounds (one float64 |x|, two float64
+    # around the offset)
     shares = [4 * (m - 1) * s * w for s in sizes]
-    sent = [a + b for a, b in zip(shares, masks)]
+    sent = [a + b for a, b in zip(shares, offset["peer"])]
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
-    assert report["per_client"]["bytes_up"].tolist() == [4 * n * (n - 1) // 2 + 8 * d + 24] * m
-    # the mean goes back to every client
-    assert report["per_client"]["bytes_down"].tolist() == [8 * d] * m
+    expected = 4 * n * (n - 1) // 2 + offset["up"] + 24
+    assert report["per_client"]["bytes_up"].tolist() == [expected] * m
+    # who uploaded, and the mean, go back to every client
+    assert report["per_client"]["bytes_down"].tolist() == [offset["down"] + 8 * d] * m
 
 
 def test_n_jobs_invariance():
@@ -534,37 +555,104 @@ def runtime_of(clients, n_parties=None, random_state=0):
     return InProcessRuntime(federation, n_parties=n_parties)
 
 
-def test_offset_is_the_mean_from_masked_sums():
+def _offset_runtime(cls=RecordingRuntime, sizes=(4, 6, 5, 7, 3)):
     rng = np.random.RandomState(17)
-    clients = [rng.randn(s, 3) + 50.0 for s in (4, 6, 5)]
+    clients = [rng.randn(s, 3) + 50.0 for s in sizes]
     bounds = np.cumsum([0] + [len(c) for c in clients])
     rows = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     federation = Federation(np.vstack(clients), rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    runtime = RecordingRuntime(federation)
+    return clients, cls(federation, private_entropy=[5])
+
+
+def test_offset_is_the_mean_from_a_secure_sum():
+    clients, runtime = _offset_runtime()
+    n_clients, d = 5, 3
     offset = _lcc.agree_offset(runtime)
     assert np.allclose(offset.values, np.vstack(clients).mean(axis=0), rtol=0, atol=1e-12)
+    assert offset.clients == list(range(n_clients))
     messages = runtime.ledger.messages
-    uploads = [m for m in messages if m.tag == "masked sum"]
-    assert [m.sender for m in uploads] == [0, 1, 2]
-    assert all(m.nbytes == 8 * 3 for m in uploads)
-    # the bound on |x| rides up with the masks: one counted float64 per client,
-    # and the server takes the largest
-    bounds_up = [m for m in messages if m.tag == "mask" and m.receiver == "server"]
-    assert [(m.sender, m.nbytes) for m in bounds_up] == [(0, 8), (1, 8), (2, 8)]
+    # the bound on |x|: one counted float64 per client, and the server takes the largest
+    bounds_up = [m for m in messages if m.tag == "bound on |x|"]
+    assert [(m.sender, m.nbytes) for m in bounds_up] == [(c, 8) for c in range(n_clients)]
     sent_bounds = [float(b) for b in runtime.received[0].values()]
     assert max(sent_bounds) >= np.abs(np.vstack(clients)).max()
-    # each client masks its sums: what it uploads is not its sums
-    shift = _lcc.fixed_point_shift(max(sent_bounds), 15)
-    for c, upload in runtime.received[1].items():
-        sums = _lcc.fixed_point_column_sums(clients[c], shift)
-        assert not np.array_equal(upload, sums.view(np.uint64))
-    masks_to = [m.receiver for m in messages if m.tag == "mask" and m.receiver != "server"]
-    assert sorted(masks_to) == [1, 2, 2]
-    # the masks are the set-up exchange, the masked sums (and the mean down) one round
+    # the sums go up masked (d int64 and their 16-byte structure), the masks are
+    # removed with the self-mask shares revealed in the unmasking
+    uploads = [m for m in messages if m.tag == TAG_SUM_UPLOAD and m.receiver == "server"]
+    assert [(m.sender, m.nbytes) for m in uploads] == [(c, 8 * d + 16) for c in range(n_clients)]
+    assert {m.sender for m in messages if m.tag == TAG_UNMASK} == set(range(n_clients))
+    offset_bytes = offset_sum_bytes(n_clients, d)
     report = runtime.ledger.report()
-    assert (report["setup_rounds"], report["rounds"]) == (1, 1)
-    assert report["per_client"]["bytes_down"].tolist() == [8 * 3] * 3
+    # set-up: the bounds, the pairwise seeds; rounds: the masked upload, the unmasking
+    assert (report["setup_rounds"], report["rounds"]) == (2, 2)
+    assert report["per_client"]["bytes_up"].tolist() == [8 + offset_bytes["up"]] * n_clients
+    assert report["per_client"]["bytes_peer_sent"].tolist() == offset_bytes["peer"]
+    assert report["per_client"]["bytes_down"].tolist() == [offset_bytes["down"] + 8 * d] * 5
+
+
+def test_the_server_cannot_see_one_clients_sums_for_the_offset():
+    clients, runtime = _offset_runtime()
+    offset = _lcc.agree_offset(runtime)
+    # What a curious server can do with all it received: rebuild every client's self
+    # mask from the shares revealed in the unmasking and take it off its upload.
+    ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
+    shift = _lcc.fixed_point_shift(max(float(b) for b in runtime.received[0].values()), 25 * 5)
+    opened = {}
+    for c in uploads:
+        shares = {
+            int(x): (int(hi) << 64) | int(lo)
+            for b_shares, _ in reveals.values()
+            for owner, x, hi, lo in np.asarray(b_shares).tolist()
+            if owner == c
+        }
+        masked = np.asarray(uploads[c][0], dtype=np.uint64)
+        opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
+    plain = {
+        c: _lcc.fixed_point_column_sums(X_c, shift).view(np.uint64) for c, X_c in enumerate(clients)
+    }
+    for c in uploads:
+        # the pairwise masks still hide every client's sums ...
+        assert not np.any(opened[c] == plain[c])
+    # ... and cancel only in the total, which is the mean the parties subtract
+    np.testing.assert_array_equal(sum(opened.values()), sum(plain.values()))
+    np.testing.assert_array_equal(
+        _lcc.offset_mean(sum(plain.values()).view(np.int64), 25, shift), offset.values
+    )
+
+
+def test_offset_sums_fit_the_secure_sum_when_one_client_holds_most_rows_at_the_bound():
+    # Every row at the largest |x|, nearly all on one client: that client's sum is
+    # the largest any client can have, and must still fit the secure sum's integers.
+    clients = [np.full((40, 2), -63.75), np.full((1, 2), 63.75), np.full((2, 2), -63.75)]
+    runtime = runtime_of(clients)
+    offset = _lcc.agree_offset(runtime)
+    np.testing.assert_array_equal(offset.values, np.vstack(clients).mean(axis=0))
+
+
+class LosingUpload(RecordingRuntime):
+    """Loses client 1's masked upload of the offset's secure sum (a dropout after masking)."""
+
+    def _lost(self, tag, party):
+        return tag == TAG_SUM_UPLOAD and party == 1
+
+
+def test_a_data_client_dropping_from_the_offset_sum_ends_the_protocol_clearly():
+    clients, runtime = _offset_runtime(LosingUpload)
+    # The secure sum itself recovers: its neighbours reveal their pairwise keys with
+    # the dropped client, and the server gets the others' total exactly.
+    offset = _lcc.agree_offset(runtime, require_all=False)
+    assert offset.clients == [0, 2, 3, 4]
+    survivors = np.vstack([clients[c] for c in offset.clients])
+    np.testing.assert_allclose(offset.values, survivors.mean(axis=0), rtol=0, atol=1e-12)
+    offset_to = [m.receiver for m in runtime.ledger.messages if m.tag == "offset"]
+    assert offset_to == [0, 2, 3, 4]
+    # But the distances need every data holder's rows: the protocol stops before the
+    # mean is sent, naming the client.
+    clients, runtime = _offset_runtime(LosingUpload)
+    with pytest.raises(_lcc.DataHolderDroppedError, match=r"data clients \[1\] dropped"):
+        _lcc.agree_offset(runtime)
+    assert not [m for m in runtime.ledger.messages if m.tag == "offset"]
 
 
 def test_dropped_parties_must_be_integers():
@@ -623,11 +711,11 @@ def test_streamed_upload_is_one_round_of_several_exchanges(monkeypatch):
     D, ledger = lcc_squared_distances(clients, precision=7, random_state=0)
     assert np.array_equal(as_int(D, 7), exact_sq_distances(X, 7))
     report = ledger.report()
-    assert (report["setup_rounds"], report["rounds"]) == (2, 3)
+    assert (report["setup_rounds"], report["rounds"]) == (3, 4)
     uploads = [m for m in ledger.messages if m.tag == "encoded distances"]
     # one message per party per exchange, all in the last round, 4 bytes per pair
     assert len(uploads) == 7 * len(exchanges)
-    assert {m.round for m in uploads} == {2}
+    assert {m.round for m in uploads} == {3}
     assert {m.phase for m in uploads} == set(
         range(min(m.phase for m in uploads), max(m.phase for m in uploads) + 1)
     )
@@ -654,8 +742,9 @@ def test_stragglers_send_nothing_and_the_rest_decode():
     assert np.array_equal(as_int(D, 6), exact_sq_distances(X, 6))
     per = ledger.report()["per_client"]
     n_pairs = 30 * 29 // 2
-    # the data client that dropped still sent its masks, masked sum and shares
-    assert per["bytes_up"][2] == 8 * 4 + 8 + 16
+    # the data client that dropped from the distance round still took part in the
+    # offset's secure sum and sent its bounds and shares
+    assert per["bytes_up"][2] == offset_sum_bytes(4, 4)["up"] + 8 + 16
     assert per["bytes_peer_sent"][2] > 0
     assert per["bytes_up"][7] == 0
     assert per["bytes_up"][8] == 4 * n_pairs

@@ -692,7 +692,8 @@ class OmniFCClustering(BaseFederatedClustering):
     """OmniFC: any clustering on the exact distance matrix, from Lagrange-coded shares.
 
     The clients first agree on their global mean by secure aggregation
-    (pairwise-cancelling masks) and subtract it: distances do not change, and
+    (:class:`~skfedclust.secure.SecureAggregator`) and subtract it: distances
+    do not change, and
     the field then holds the spread of the data rather than its position.
     Every client quantizes its centred rows to a prime field, masks them with
     ``n_colluders`` random segments and sends one Lagrange-coded share of each
@@ -705,16 +706,18 @@ class OmniFCClustering(BaseFederatedClustering):
     rows; the server learns the mean, ``D`` and the per-segment distances
     (see the User Guide).
 
-    Rounds (``communication_``): two set-up exchanges of public metadata
-    (the pairwise masks between the clients with each client's bound on
-    ``|x|``; later each client's bounds around the offset, from which the
-    precision is chosen: ``setup_rounds = 2``); then three rounds: the
-    masked sums up and the mean down (the common offset, a round of its own
-    because the precision and the quantization depend on it), the share
-    exchange, and the encoded distances up, as tiles the server asks for in
-    a few exchanges and decodes one exchange at a time, with the labels
-    down. The last two are the paper's two rounds. No share reaches the
-    server or the fitted estimator.
+    Rounds (``communication_``): three set-up exchanges (each client's bound
+    on ``|x|``; the secure sum's pairwise seeds; later each client's bounds
+    around the offset, from which the precision is chosen:
+    ``setup_rounds = 3``); then four rounds: the secure sum of the clients'
+    column sums, masked up and unmasked (two rounds), with the mean down
+    (the common offset, rounds of their own because the precision and the
+    quantization depend on it), the share exchange, and the encoded
+    distances up, as tiles the server asks for in a few exchanges and
+    decodes one exchange at a time, with the labels down. The last two are
+    the paper's two rounds. No share reaches the server or the fitted
+    estimator. A data client that drops out of the secure sum ends the fit
+    with a clear error (the distances need every data holder's rows).
 
     Read more in the :ref:`User Guide <omnifc>`.
 
@@ -817,7 +820,7 @@ class OmniFCClustering(BaseFederatedClustering):
     precision_ : int
         The precision ``q`` used.
     offset_ : ndarray of shape (n_features,)
-        The common offset (the global mean, from masked sums) every party
+        The common offset (the global mean, from a secure sum) every party
         subtracted before quantizing; ``predict`` subtracts it from new rows.
     n_parties_ : int
         Share-holding parties.
@@ -827,13 +830,17 @@ class OmniFCClustering(BaseFederatedClustering):
         Rows held by each client.
     communication_ : dict
         Rounds and bytes exchanged (see :class:`~skfedclust.federation.Ledger`). Set-up:
-        one mask of ``8 d`` bytes from every data client to every later one
-        (peer bytes), and 24 bytes of bounds up from every data client (one
-        float64, then two). Round 1: every data client's masked sums up and the
-        mean down (``8 d`` bytes each). Round 2: the shares, ``4 n_i w``
-        bytes from client ``i`` to each other party (``w = ceil(d / l)``; peer
-        bytes). Round 3: ``4 n (n - 1) / 2`` bytes of encoded distances up
-        from every answering party, and each client's labels down.
+        24 bytes of bounds up from every data client (one float64, then two),
+        and a 16-byte seed from every data client to each later neighbour on
+        the secure-sum graph (peer bytes). Rounds 1-2, the offset's secure
+        sum: every data client's masked column sums (``8 d`` bytes and 16 of
+        structure) up, 32 bytes of self-mask shares to each of its ``deg``
+        neighbours (peer) and back up in the unmasking; who uploaded (``8``
+        bytes per data client) and the mean (``8 d`` bytes) down. Round 3: the
+        shares, ``4 n_i w`` bytes from client ``i`` to each other party
+        (``w = ceil(d / l)``; peer bytes). Round 4: ``4 n (n - 1) / 2`` bytes
+        of encoded distances up from every answering party, and each client's
+        labels down.
     n_features_in_ : int
         Number of features seen during fit.
 
@@ -903,7 +910,7 @@ class OmniFCClustering(BaseFederatedClustering):
     >>> clients = [X[i::7] for i in range(7)]
     >>> est = OmniFCClustering(3, clusterer="kmedoids", random_state=0).fit(clients)
     >>> est.dissimilarity_matrix_.shape, est.communication_["rounds"]
-    ((70, 70), 3)
+    ((70, 70), 4)
     """
 
     _parameter_constraints: dict = {

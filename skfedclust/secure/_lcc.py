@@ -4,12 +4,13 @@ The protocol of OmniFC (Yan, Liu & Zhang), as a standalone primitive written
 against the protocol runtime (:mod:`skfedclust.federation`):
 
 0. the clients agree on a common offset, the global mean, by secure
-   aggregation (:func:`agree_offset`): pairwise masks between the clients
-   (set-up), masked fixed-point sums up, the mean down. Distances do not
-   depend on the offset; subtracting it lets the field hold the spread of
-   the data instead of its position. The public bounds the fixed-point
-   scale and the precision are chosen from travel as counted set-up
-   messages (one or two float64 per client; :func:`agree_scale`);
+   aggregation (:func:`agree_offset`, a
+   :class:`~skfedclust.secure.SecureAggregator` sum of exact fixed-point
+   column sums; the mean down). Distances do not depend on the offset;
+   subtracting it lets the field hold the spread of the data instead of its
+   position. The public bounds the fixed-point scale and the precision are
+   chosen from travel as counted set-up messages (one or two float64 per
+   client; :func:`agree_scale`);
 1. every data client quantizes its rows to F_p
    (``rint(2**q x) - rint(2**q offset) mod p``), cuts each row into ``l``
    segments, adds ``t`` uniformly random segments drawn from its private
@@ -68,6 +69,7 @@ from ._field import (
     reduce_inplace,
     reduction_bound,
 )
+from ._moments import SumChannel
 
 __all__ = [
     "decoding_threshold",
@@ -444,8 +446,7 @@ def quantize(X, precision, p, n_segments, offset=None):
 # --------------------------------------------------------------------------- #
 # Tags of the protocol's messages in the ledger
 # --------------------------------------------------------------------------- #
-TAG_MASK = "mask"
-TAG_MASKED_SUM = "masked sum"
+TAG_ABS_BOUND = "bound on |x|"
 TAG_OFFSET = "offset"
 TAG_BOUNDS = "bounds around offset"
 TAG_SHARE = "LCC share"
@@ -480,18 +481,25 @@ class CommonOffset(NamedTuple):
     resolution : float
         Rounding of the aggregated mean: a spread of the rows around it that is
         not larger cannot be told from none.
+    clients : list of int
+        The data clients whose rows are in the mean (the survivors of the
+        secure sum).
     """
 
     values: np.ndarray
     resolution: float
+    clients: list
+
+
+class DataHolderDroppedError(RuntimeError):
+    """A data client dropped out of the protocol: the distances would miss its rows."""
 
 
 def fixed_point_shift(max_abs, n_samples):
     """Exponent ``s`` of the fixed-point sums: entries become ``rint(x * 2**-s)``.
 
     With ``|x| < 2**E`` the scaled entries stay below ``2**(62 - bits(n))`` in
-    magnitude, so the sum of all ``n`` rows fits in int64 and the masked sums
-    in Z_{2**64} decode it exactly.
+    magnitude, so the sum of ``n`` rows fits in int64 and decodes exactly.
     """
     exponent = math.frexp(max_abs)[1] if max_abs > 0 else 0
     return exponent - (62 - int(n_samples).bit_length())
@@ -503,60 +511,25 @@ def fixed_point_column_sums(X, shift):
     return scaled.sum(axis=0, dtype=np.int64)
 
 
-def pairwise_masks(rng, client, n_clients, n_features):
-    """One uniform mask in Z_{2**64} for every client after ``client``, from ``rng``.
+def offset_bound_step(data, inbox, state, party):
+    """Set-up client step: the largest ``|x|`` of its rows up (one float64).
 
-    ``rng`` is the client's private generator (:attr:`Party.rng
-    <skfedclust.federation.Party.rng>`): the server cannot replay it.
+    The public bound that sets the fixed-point scale of the sums, the kind of
+    bound parties agree before a protocol (e.g. 1 after per-row
+    normalisation).
     """
-    rng = np.random.default_rng(rng)
-    return {
-        j: rng.integers(0, 2**64, size=n_features, dtype=np.uint64, endpoint=False)
-        for j in range(client + 1, n_clients)
-    }
-
-
-def masked_upload(sums, sent, received):
-    """Sums plus the masks sent minus those received (mod 2**64).
-
-    Each upload alone is uniformly random; the masks cancel in the total.
-    """
-    total = sums.view(np.uint64).copy()
-    for mask in sent.values():
-        total += mask
-    for mask in received:
-        total -= mask
-    return total
-
-
-def offset_mask_step(data, inbox, state, party, *, n_clients, n_features):
-    """Set-up client step: a uniform mask in Z_{2**64} to every later client, the bound ``|x|`` up.
-
-    The masks do not depend on the data: they are the pairwise randomness the
-    secure aggregation needs before anyone uploads (peer messages, from the
-    client's private generator). The client also sends the largest ``|x|``
-    of its rows (one float64): the public bound that sets the fixed-point
-    scale of the sums, the kind of bound parties agree before a protocol
-    (e.g. 1 after per-row normalisation).
-    """
-    masks = pairwise_masks(party.rng, party.index, n_clients, n_features)
-    bound = np.float64(_data_bounds([data])[0])
-    return Reply(send=bound, to_peers=masks, keep={"masks sent": masks})
+    return Reply(send=np.float64(_data_bounds([data])[0]))
 
 
 def offset_sum_step(data, inbox, state, party, *, shift):
-    """Client step: upload the fixed-point column sums, masked (:func:`masked_upload`)."""
-    received = inbox.get(TAG_MASK, {})
-    sums = fixed_point_column_sums(data, shift)
-    return Reply(send=masked_upload(sums, state["masks sent"], received.values()))
+    """Client step: the exact fixed-point column sums of its rows (int64), for a secure sum."""
+    return Reply(send=fixed_point_column_sums(data, shift))
 
 
-def offset_server_step(uploads, *, n_samples, shift):
-    """Server step: add the masked sums (the masks cancel) and return the mean."""
-    total = np.zeros_like(uploads.list()[0])
-    for upload in uploads.list():
-        total += upload
-    return np.ldexp(total.view(np.int64).astype(np.float64) / max(n_samples, 1), shift)
+def offset_mean(total, n_samples, shift):
+    """The mean from the summed fixed-point column sums."""
+    total = np.asarray(total, dtype=np.int64)
+    return np.ldexp(total.astype(np.float64) / max(n_samples, 1), shift)
 
 
 def offset_bounds_step(data, inbox, state, party):
@@ -567,53 +540,70 @@ def offset_bounds_step(data, inbox, state, party):
     """
     offset = inbox[TAG_OFFSET]
     bounds = np.asarray(_data_bounds([data], offset), dtype=np.float64)
-    return Reply(send=bounds, keep={"offset": offset, "masks sent": None})
+    return Reply(send=bounds, keep={"offset": offset})
 
 
-def agree_offset(runtime):
+def agree_offset(runtime, *, seed=None, require_all=True):
     """Protocol: secure aggregation of the global mean, the offset every party subtracts.
 
     Squared distances do not change when every row is shifted by the same
     vector, so the parties may quantize ``x - mean`` instead of ``x``: the
-    field then only has to hold the spread of the data, not its position. The
-    mean is obtained without revealing any client's rows or sums: every pair
-    of clients shares a uniform mask in Z_{2**64} (a set-up exchange between
-    the clients, in which each client also sends the public bound on its
-    ``|x|``); each client uploads its fixed-point column sums plus the masks
-    it sent minus those it received, which is uniformly random on its own;
-    the server adds the uploads, the masks cancel, and it sends the mean back
-    to every data client (Bonawitz et al., "Practical Secure Aggregation for
-    Privacy-Preserving Machine Learning", CCS 2017, without dropouts).
+    field then only has to hold the spread of the data, not its position.
+    Every data client sends the public bound on its ``|x|`` (a set-up
+    exchange); the server takes the largest, which fixes a fixed-point scale
+    at which every client's column sums are exact integers; a
+    :class:`~skfedclust.secure.SecureAggregator` adds them (Bonawitz et al.,
+    CCS 2017, on the graph of Bell et al., CCS 2020: the server learns the
+    total and who took part, not a client's sums, and the sum survives
+    clients that drop after masking), and the server sends the mean back to
+    every data client.
 
     Parameters
     ----------
     runtime : Runtime
         The protocol runtime.
+    seed : int, default=None
+        Public seed of the secure-sum graph; ``None`` takes the first data
+        client's public seed.
+    require_all : bool, default=True
+        Refuse a mean that misses a data client: the distance matrix needs
+        every data holder's rows, so a dropped one ends the protocol
+        (:class:`DataHolderDroppedError`) before the mean is sent. ``False``
+        returns the mean of the survivors' rows, sent to them.
 
     Returns
     -------
     offset : CommonOffset
-        The mean and its rounding.
+        The mean, its rounding and the clients in it.
     """
-    n_samples = int(np.sum(runtime.client_sizes))
-    runtime.stage("offset: pairwise masks between the clients, bounds on |x| up (set-up)")
-    bounds = runtime.run(
-        offset_mask_step,
-        tag=TAG_MASK,
-        setup=True,
-        n_clients=runtime.n_clients,
-        n_features=runtime.n_features,
-    )
+    sizes = np.asarray(runtime.client_sizes, dtype=np.int64)
+    n_clients = runtime.n_clients
+    runtime.stage("offset: bounds on |x| up (set-up)")
+    bounds = runtime.run(offset_bound_step, tag=TAG_ABS_BOUND, setup=True)
     max_abs = float(runtime.server(max_bound_step, bounds)[0])
     _check_bound(max_abs, "the bound on |x|")
-    shift = fixed_point_shift(max_abs, n_samples)
-    runtime.stage("offset: masked fixed-point sums up, the mean down (secure aggregation)")
-    uploads = runtime.run(offset_sum_step, tag=TAG_MASKED_SUM, shift=shift)
-    mean = runtime.server(offset_server_step, uploads, n_samples=n_samples, shift=shift)
-    runtime.broadcast(mean, tag=TAG_OFFSET)
+    # A secure sum adds integers below 2**62 / n_clients per client: rows scaled
+    # below 2**62 / 2**bits(n n_clients) keep every client's sum, and the
+    # total, within it.
+    shift = fixed_point_shift(max_abs, int(sizes.sum()) * n_clients)
+    if seed is None:
+        seed = int(runtime.seeds[0])
+    channel = SumChannel(runtime, secure=True, seed=int(seed))
+    runtime.stage("offset: exact fixed-point column sums by secure aggregation")
+    total, survivors = channel.sum(offset_sum_step, tag="common offset", bounds=None, shift=shift)
+    dropped = sorted(set(range(n_clients)) - set(survivors))
+    if dropped and require_all:
+        raise DataHolderDroppedError(
+            f"data clients {dropped} dropped out of the secure sum of the common offset. The "
+            f"sum of the other {len(survivors)} was recovered, but the distance matrix needs "
+            "every data holder's rows: the fit stops here, before any row is quantized or "
+            "shared. Fit again when every data client can take part."
+        )
+    mean = offset_mean(total, int(sizes[survivors].sum()), shift)
+    runtime.broadcast(mean, tag=TAG_OFFSET, clients=survivors)
     max_abs_exponent = math.frexp(max_abs)[1] if max_abs > 0 else 0
     resolution = math.ldexp(1.0, shift) + math.ldexp(1.0, max_abs_exponent - 51)
-    return CommonOffset(mean, resolution)
+    return CommonOffset(mean, resolution, list(survivors))
 
 
 class LCCScale(NamedTuple):
@@ -634,7 +624,7 @@ class LCCScale(NamedTuple):
     bounds: tuple
 
 
-def agree_scale(runtime, setup, precision):
+def agree_scale(runtime, setup, precision, *, seed=None):
     """Protocol: the parties agree on the common offset and on the precision.
 
     After the offset (:func:`agree_offset`), every data client sends the
@@ -651,13 +641,15 @@ def agree_scale(runtime, setup, precision):
         The public parameters.
     precision : int or "auto"
         The requested precision.
+    seed : int, default=None
+        Public seed of the offset's secure-sum graph (see :func:`agree_offset`).
 
     Returns
     -------
     scale : LCCScale
         The offset, the precision ``q`` and the bounds it was chosen for.
     """
-    offset = agree_offset(runtime)
+    offset = agree_offset(runtime, seed=seed)
     received = runtime.run(offset_bounds_step, tag=TAG_BOUNDS, setup=True)
     max_abs, max_norm = (float(b) for b in runtime.server(max_bound_step, received))
     bounds = (max_abs, max_norm)
@@ -2015,11 +2007,11 @@ def lcc_squared_distances(
     (information-theoretic), however they pool their shares.
 
     The protocol runs on an :class:`~skfedclust.federation.InProcessRuntime`:
-    two set-up exchanges (the pairwise masks with the bounds on ``|x|``; the
-    bounds around the offset) and three rounds (the masked sums up and the
-    mean down; the shares between parties; the encoded distances up, as tiles
-    in a few exchanges). The memory ``D`` and the parties' shares need is
-    checked before any round.
+    three set-up exchanges (the bounds on ``|x|``; the secure sum's pairwise
+    seeds; the bounds around the offset) and four rounds (the secure sum of
+    the column sums, masked up and unmasked, with the mean down; the shares
+    between parties; the encoded distances up, as tiles in a few exchanges).
+    The memory ``D`` and the parties' shares need is checked before any round.
 
     Read more in the :ref:`User Guide <omnifc>`.
 
@@ -2068,9 +2060,10 @@ def lcc_squared_distances(
         Squared Euclidean distances of the quantized rows, exact: ``D * 4**q``
         is the integer ``||rint(2**q x_i) - rint(2**q x_j)||**2``.
     ledger : :class:`~skfedclust.federation.Ledger`
-        The runtime's record of every message, with its byte size: the masks
-        between clients (set-up), the masked sums up and the mean down, the
-        shares between parties and the encoded distance matrices up.
+        The runtime's record of every message, with its byte size: the bounds
+        on ``|x|`` and the secure sum's pairwise seeds (set-up), the secure sum
+        of the clients' column sums and the mean down, the shares between
+        parties and the encoded distance matrices up.
 
     Raises
     ------
@@ -2095,7 +2088,7 @@ def lcc_squared_distances(
     True
     >>> report = ledger.report()
     >>> report["setup_rounds"], report["rounds"]
-    (2, 3)
+    (3, 4)
     """
     arrays = _check_clients(clients)
     n_features = arrays[0].shape[1]
