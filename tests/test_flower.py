@@ -1599,6 +1599,65 @@ def test_omnifc_over_flower_with_data_less_share_holders():
         estimator.predict(np.vstack(clients))
 
 
+def test_omnifc_predicts_the_new_rows_of_querying_nodes_with_the_parties_of_the_fit():
+    from skfedclust import OmniFCClustering
+    from skfedclust.flower import predict_on_flower
+
+    clients = _clients()
+    X_new, _ = make_blobs(n_samples=30, centers=4, cluster_std=0.7, random_state=0)
+    params = dict(n_clusters=4, n_parties=7, random_state=0)
+    reference = OmniFCClustering(**params).fit(clients)
+    # Nodes 0 and 2 hold new rows; share holders (4..6) and nodes 1, 3 none.
+    new = [X_new[:12], None, X_new[12:], None, None, None, None]
+    memory = Memory()
+    app = make_client_app(
+        Clients(clients + [None] * 3),
+        save_output=memory,
+        allowed_modules=ALLOWED,
+        load_new_data=Clients(new),
+    )
+    grid = LocalGrid(app, [{"partition-id": i} for i in range(7)])
+    estimator = fit_on_flower(
+        OmniFCClustering(**params), grid, n_nodes=7, allowed_modules=ALLOWED, keep_for_predict=True
+    )
+    result = predict_on_flower(estimator, grid)
+    # D is exact: each querier's labels are those of the in-process predict.
+    for c, rows in ((0, X_new[:12]), (2, X_new[12:])):
+        np.testing.assert_array_equal(
+            memory.written[("predicted-labels", c)], reference.predict(rows)
+        )
+        np.testing.assert_array_equal(result["labels"][c], memory.written[("predicted-labels", c)])
+    np.testing.assert_array_equal(result["written"]["predicted-labels"], [12, 0, 18, 0, 0, 0, 0])
+    # The new rows crossed no party boundary in plaintext: no message held them.
+    for message in grid.log:
+        for array in message.content.array_records.values():
+            for value in array.values():
+                values = value.numpy()
+                if values.dtype.kind == "f" and values.size >= 2:
+                    assert not np.isin(values.ravel(), X_new.ravel()).any()
+
+
+def test_a_querying_node_with_rows_beyond_the_public_bounds_refuses():
+    from skfedclust import OmniFCClustering
+    from skfedclust.flower import predict_on_flower
+
+    clients = _clients()
+    new = [np.full((3, 2), 1e9)] + [None] * 6
+    app = make_client_app(
+        Clients(clients + [None] * 3), allowed_modules=ALLOWED, load_new_data=Clients(new)
+    )
+    grid = LocalGrid(app, [{"partition-id": i} for i in range(7)])
+    estimator = fit_on_flower(
+        OmniFCClustering(4, n_parties=7, random_state=0),
+        grid,
+        n_nodes=7,
+        allowed_modules=ALLOWED,
+        keep_for_predict=True,
+    )
+    with pytest.raises(FlowerNodeError, match="exceed the public bounds"):
+        predict_on_flower(estimator, grid)
+
+
 def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, monkeypatch):
     from flwr.simulation import run_simulation
 

@@ -659,6 +659,33 @@ def omnifc_keep_labels(data, inbox, state, party):
     return Reply(output={"labels": inbox["labels"]})
 
 
+#: The server's message of the labels of a querying party's new rows (Flower predict).
+TAG_PREDICTED = "predicted labels"
+
+
+def omnifc_check_query_rows(data, inbox, state, party, *, precision, bounds, p):
+    """Client step of a querying party: its new rows within the public bounds of the fit.
+
+    Their distances to the training rows are exact only if no product wraps
+    around modulo ``p`` at the fit's precision; a party whose rows exceed the
+    bounds refuses before it shares anything. Nothing is sent.
+    """
+    max_abs, max_norm = _data_bounds([data], state["offset"])
+    max_abs, max_norm = max(max_abs, bounds[0]), max(max_norm, bounds[1])
+    if not precision_is_safe(precision, max_abs, max_norm, data.shape[1], p):
+        raise ValueError(
+            f"the new rows exceed the public bounds the precision q={precision} was chosen "
+            "for: their distances to the training rows could wrap around modulo p. Scale "
+            "them like the training data or refit with a lower precision."
+        )
+    return Reply()
+
+
+def omnifc_predicted_labels(data, inbox, state, party):
+    """Client step of a querying party: hand its user the labels of its new rows."""
+    return Reply(output={"labels": np.asarray(inbox[TAG_PREDICTED], dtype=np.intp)})
+
+
 def omnifc_assign_step(*, D_new, estimator, train_labels, rule, params, nmf):
     """Server step of predict: labels of the query rows from their decoded distances."""
     if estimator is None:
@@ -1121,7 +1148,10 @@ class OmniFCClustering(BaseFederatedClustering):
         The shares stay with the parties, which only the process that fitted
         the model (and played every party) holds: a pickled or copied model,
         or one fitted on Flower, raises a ``RuntimeError``; its ``labels_``
-        and the attributes derived from ``D`` remain.
+        and the attributes derived from ``D`` remain. On Flower the nodes
+        query with their own new rows through
+        :func:`~skfedclust.flower.predict_on_flower` (fit with
+        ``keep_for_predict=True``).
 
         Parameters
         ----------
@@ -1144,7 +1174,8 @@ class OmniFCClustering(BaseFederatedClustering):
                 "ran fit in-process; this model was unpickled or copied, or fitted on a "
                 "deployed federation whose nodes keep nothing after the fit. It still has "
                 "labels_, dissimilarity_matrix_, clusterer_ and what derives from D; refit to "
-                "predict, or label new rows with fit_predict on all the rows."
+                "predict, or label new rows with fit_predict on all the rows; on Flower, fit "
+                "with keep_for_predict=True and call skfedclust.flower.predict_on_flower."
             )
         runtime, D_new = self._query(X)
         return runtime.server(
@@ -1156,6 +1187,58 @@ class OmniFCClustering(BaseFederatedClustering):
             params=self.clusterer_params,
             nmf=self._nmf,
         )
+
+    def _predict_runtime(self, runtime):
+        """The query protocol on a runtime whose querying parties hold new rows (Flower).
+
+        Every data client holding new rows queries in turn: it checks them
+        against the public bounds, shares them, the parties answer with the
+        encoded distances, the server decodes and assigns them and sends the
+        querier its labels, which it writes. Returns the labels by party.
+        """
+        check_is_fitted(self, "precision_")
+        sizes = np.asarray(runtime.client_sizes)
+        queriers = [c for c in range(runtime.n_clients) if sizes[c] > 0]
+        if not queriers:
+            raise ValueError("no party holds new rows to predict")
+        setup = self._public["setup"]
+        n_train = len(self._train_labels)
+        out = {}
+        for c in queriers:
+            n_new = int(sizes[c])
+            operands = setup.decoding_bytes(n_new, n_train) / (8.0 * n_new * n_train)
+            self._check_memory(n_new, n_train, 2 + operands, "the query distances")
+            runtime.stage(f"party {c}: its new rows against the public bounds")
+            runtime.run(
+                omnifc_check_query_rows,
+                tag="query bounds",
+                clients=[c],
+                precision=self.precision_,
+                bounds=self._public["bounds"],
+                p=setup.p,
+            )
+            D_new = lcc_query_distances(
+                runtime,
+                setup,
+                self.precision_,
+                querier=c,
+                parties=list(range(setup.m)),
+                n_train=n_train,
+                n_jobs=self.n_jobs,
+            )
+            labels = runtime.server(
+                omnifc_assign_step,
+                D_new=D_new,
+                estimator=self.clusterer_,
+                train_labels=self._train_labels,
+                rule=self._assignment(),
+                params=self.clusterer_params,
+                nmf=self._nmf,
+            )
+            runtime.send({c: labels}, tag=TAG_PREDICTED)
+            runtime.run(omnifc_predicted_labels, tag="predicted labels", clients=[c])
+            out[c] = labels
+        return out
 
     def _query_distances(self, X):
         """The decoded squared distances of ``X`` to the training rows (:meth:`_query`)."""
