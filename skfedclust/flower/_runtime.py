@@ -824,25 +824,34 @@ def _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout):
         time.sleep(0.2)
 
 
+def _greet(grid, nodes, parties, control, *, what, timeout, transport, poll_interval):
+    """Send every node the same handshake ``control``; their replies, in node order."""
+    messages = [Message(to_content(control), dst_node_id=n, message_type=HELLO) for n in nodes]
+    return _exchange(
+        grid,
+        messages,
+        parties,
+        what=what,
+        timeout=timeout,
+        transport=transport,
+        kind="handshake",
+        poll_interval=poll_interval,
+    )
+
+
 def _handshake(
     grid, nodes, session, timeout, transport, method=None, poll_interval=DEFAULT_POLL_INTERVAL
 ):
     # The method is named up front so that a node whose policy does not allow
     # it refuses before the fit starts.
-    messages = [
-        Message(
-            to_content({"session": session, "method": method}), dst_node_id=n, message_type=HELLO
-        )
-        for n in nodes
-    ]
-    replies = _exchange(
+    replies = _greet(
         grid,
-        messages,
+        nodes,
         [None] * len(nodes),
+        {"session": session, "method": method},
         what="the handshake",
         timeout=timeout,
         transport=transport,
-        kind="handshake",
         poll_interval=poll_interval,
     )
     hello = []
@@ -1264,22 +1273,14 @@ def predict_on_flower(
             "the session): fit again with fit_on_flower(..., keep_for_predict=True)"
         )
     transport = Transport()
-    messages = [
-        Message(
-            to_content({"session": session.session, "method": name, "predict": True}),
-            dst_node_id=n,
-            message_type=HELLO,
-        )
-        for n in session.node_ids
-    ]
-    replies = _exchange(
+    replies = _greet(
         grid,
-        messages,
+        session.node_ids,
         list(range(len(session.node_ids))),
+        {"session": session.session, "method": name, "predict": True},
         what="the predict handshake",
         timeout=timeout,
         transport=transport,
-        kind="handshake",
         poll_interval=poll_interval,
     )
     sizes = []

@@ -450,6 +450,10 @@ class DPPlan:
     def midpoint(self):
         return (self.lower + self.upper) / 2
 
+    def noisy_sum(self, adder, step, **public):
+        """The sum of a noisy client ``step`` on rows clipped to the box."""
+        return adder.sum(step, lower=self.lower, upper=self.upper, **public)
+
     def clip_centers(self, centers):
         """Centers back in the box (post-processing: costs no privacy)."""
         return np.clip(centers, self.lower, self.upper)
@@ -1168,6 +1172,14 @@ class FederatedKMeans(
             runtime.stage("client step: nearest-center labels")
             runtime.run(fedkmeans_final_labels, tag="labels", clients=everyone)
 
+    def _noisy_sum(self, plan, adder, step, tag, bounds, clients, **public):
+        """A noisy sum over ``clients``; too few answers end the fit."""
+        total, survivors = plan.noisy_sum(
+            adder, step, tag=tag, bounds=bounds, clients=clients, **public
+        )
+        self._check_survivors(tag, clients, survivors)
+        return total, survivors
+
     def _dp_random_starts(self, runtime, adder, plan, accountant, clients, random_state):
         """Gaussian starts around the private mean, with the private per-feature variance."""
         factor = self._noise_factor(clients)
@@ -1184,17 +1196,16 @@ class FederatedKMeans(
             sigma=plan.sigma_moment_squares,
         )
         runtime.stage("client step: private moments of the pooled rows")
-        (sums, squares), survivors = adder.sum(
+        (sums, squares), survivors = self._noisy_sum(
+            plan,
+            adder,
             fedkmeans_dp_moments,
-            tag="private moments",
-            bounds=bounds,
-            clients=clients,
-            lower=plan.lower,
-            upper=plan.upper,
+            "private moments",
+            bounds,
+            clients,
             sigma_sums=factor * plan.sigma_moment_sums,
             sigma_squares=factor * plan.sigma_moment_squares,
         )
-        self._check_survivors("private moments", clients, survivors)
         # The number of rows is public under replace-one neighbours.
         n = float(np.sum(np.asarray(runtime.client_sizes)[survivors]))
         shift = sums / n
@@ -1226,17 +1237,16 @@ class FederatedKMeans(
                 "cluster sums and counts", sensitivity=plan.diagonal, sigma=plan.sigma
             )
             runtime.stage(f"iteration {i + 1}: client step, noisy per-cluster sums and counts")
-            (sums, counts), survivors = adder.sum(
+            (sums, counts), survivors = self._noisy_sum(
+                plan,
+                adder,
                 fedkmeans_dp_lloyd_statistics,
-                tag="noisy cluster statistics",
-                bounds=bounds,
-                clients=participants,
-                lower=plan.lower,
-                upper=plan.upper,
+                "noisy cluster statistics",
+                bounds,
+                participants,
                 sigma=factor * plan.sigma,
                 sigma_counts=factor * plan.sigma_counts,
             )
-            self._check_survivors("noisy cluster statistics", participants, survivors)
             n_iter = i + 1
             runtime.stage(f"iteration {i + 1}: server step, new centers")
             # The noise of the counts in the sum (every answering client's share).
@@ -1255,17 +1265,16 @@ class FederatedKMeans(
         bound = _MARGIN * (n_c * plan.diagonal**2 + _NOISE_HEADROOM * factor * plan.sigma_inertia)
         accountant.charge("inertia", sensitivity=plan.diagonal**2, sigma=plan.sigma_inertia)
         runtime.stage("client step: noisy inertia" + (" and labels" if output else ""))
-        total, survivors = adder.sum(
+        total, _ = self._noisy_sum(
+            plan,
+            adder,
             fedkmeans_dp_inertia,
-            tag="noisy inertia",
-            bounds=[bound],
-            clients=active,
-            lower=plan.lower,
-            upper=plan.upper,
+            "noisy inertia",
+            [bound],
+            active,
             sigma=factor * plan.sigma_inertia,
             output=output,
         )
-        self._check_survivors("noisy inertia", active, survivors)
         # A noisy sum of squares may come out negative; zero is the nearest inertia.
         return max(float(total[0]), 0.0)
 

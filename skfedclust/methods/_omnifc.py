@@ -1178,6 +1178,10 @@ class OmniFCClustering(BaseFederatedClustering):
                 "with keep_for_predict=True and call skfedclust.flower.predict_on_flower."
             )
         runtime, D_new = self._query(X)
+        return self._assign(runtime, D_new)
+
+    def _assign(self, runtime, D_new):
+        """Server step: labels of new rows from their decoded distances to the training rows."""
         return runtime.server(
             omnifc_assign_step,
             D_new=D_new,
@@ -1205,9 +1209,7 @@ class OmniFCClustering(BaseFederatedClustering):
         n_train = len(self._train_labels)
         out = {}
         for c in queriers:
-            n_new = int(sizes[c])
-            operands = setup.decoding_bytes(n_new, n_train) / (8.0 * n_new * n_train)
-            self._check_memory(n_new, n_train, 2 + operands, "the query distances")
+            self._check_query_memory(int(sizes[c]), n_train)
             runtime.stage(f"party {c}: its new rows against the public bounds")
             runtime.run(
                 omnifc_check_query_rows,
@@ -1226,15 +1228,7 @@ class OmniFCClustering(BaseFederatedClustering):
                 n_train=n_train,
                 n_jobs=self.n_jobs,
             )
-            labels = runtime.server(
-                omnifc_assign_step,
-                D_new=D_new,
-                estimator=self.clusterer_,
-                train_labels=self._train_labels,
-                rule=self._assignment(),
-                params=self.clusterer_params,
-                nmf=self._nmf,
-            )
+            labels = self._assign(runtime, D_new)
             runtime.send({c: labels}, tag=TAG_PREDICTED)
             runtime.run(omnifc_predicted_labels, tag="predicted labels", clients=[c])
             out[c] = labels
@@ -1248,9 +1242,7 @@ class OmniFCClustering(BaseFederatedClustering):
         """The query protocol with the parties of the fit: its runtime and the decoded ``D``."""
         setup = self._public["setup"]
         n_new, n_train = X.shape[0], len(self._train_labels)
-        # the query block twice, the parties' shares and one exchange of tiles
-        operands = setup.decoding_bytes(n_new, n_train) / (8.0 * n_new * n_train)
-        self._check_memory(n_new, n_train, 2 + operands, "the query distances")
+        self._check_query_memory(n_new, n_train)
         self._check_query_bounds(X)
         runtime = InProcessRuntime(
             Federation(X, [np.arange(n_new)]),
@@ -1267,6 +1259,12 @@ class OmniFCClustering(BaseFederatedClustering):
             n_train=n_train,
             n_jobs=self.n_jobs,
         )
+
+    def _check_query_memory(self, n_new, n_train):
+        # the query block twice, the parties' shares and one exchange of tiles
+        setup = self._public["setup"]
+        operands = setup.decoding_bytes(n_new, n_train) / (8.0 * n_new * n_train)
+        self._check_memory(n_new, n_train, 2 + operands, "the query distances")
 
     def _check_query_bounds(self, X):
         """The querying party checks its rows against the public bounds of the fit."""
