@@ -311,17 +311,50 @@ def _check_user_guide_links(app, config):
 
     from skfedclust.utils import all_estimators
 
-    labels = {}
+    labels, pages = {}, {}
     for page in (HERE / "user_guide").glob("*.rst"):
         lines = page.read_text(encoding="utf-8").splitlines()
         if lines and (match := re.fullmatch(r"\.\. _([\w-]+):", lines[0])):
             labels[match[1]] = "\n".join(lines[:12])
+            pages[match[1]] = (page, lines)
     for name, cls in all_estimators():
         match = re.search(r"User Guide <([\w-]+)>", cls.__doc__ or "")
         if match is None:
             logger.warning("%s has no link to the User Guide", name)
         elif f"skfedclust.{name}`" not in labels.get(match[1], ""):
             logger.warning("%s links to the User Guide page %r, not its own", name, match[1])
+        else:
+            _check_method_page(*pages[match[1]])
+
+
+#: The sections of every method page, in this order, so that pages can be compared side by
+#: side. Subsections are free; only these may follow the last one.
+METHOD_SECTIONS = (
+    "When to use it",
+    "Example",
+    "What the server learns",
+    "Parameters that matter",
+    "Cost",
+    "Departures from the paper",
+)
+TRAILING_SECTIONS = ("Differential privacy", "References")
+
+
+def _check_method_page(page, lines):
+    sections = [
+        title
+        for title, rule in zip(lines, lines[1:])
+        if title.strip() and set(rule) == {"-"} and len(rule) == len(title)
+    ]
+    head, tail = tuple(sections[: len(METHOD_SECTIONS)]), sections[len(METHOD_SECTIONS) :]
+    if head != METHOD_SECTIONS or any(title not in TRAILING_SECTIONS for title in tail):
+        logger.warning(
+            "%s: the sections are %s; a method page has %s (then only %s)",
+            page.relative_to(HERE),
+            sections,
+            list(METHOD_SECTIONS),
+            list(TRAILING_SECTIONS),
+        )
 
 
 def _check_benchmark_titles(app, config):
