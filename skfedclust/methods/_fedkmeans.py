@@ -596,8 +596,9 @@ class FederatedKMeans(
         the fit is ``(epsilon, delta)``-differentially private for data sets
         that differ in one replaced row, with exact accounting over the
         iterations (see Notes and the :ref:`Privacy <privacy>` page).
-        Needs ``init="sphere-packing"`` (recommended), ``"random"`` or an
-        array: the k-FED start uploads local centers, which no noise covers.
+        Needs ``init="sphere-packing"`` (bounds that fit the data closely),
+        ``"random"`` (a loose box) or an array: the k-FED start uploads local
+        centers, which no noise covers.
     epsilon : float, default=1.0
         Privacy budget of the whole fit under ``privacy="dp"`` (> 0).
     delta : float, default=1e-5
