@@ -379,7 +379,7 @@ def rounds_text(row):
     """How the run's round count relates to the spec's two rounds."""
     rounds, setup = row[5], row[6]
     text = (
-        "The spec counts two rounds: the share exchange between parties, then the upload of "
+        "The paper counts two rounds: the share exchange between parties, then the upload of "
         f"the encoded distance matrices. The estimator counts {rounds} rounds and {setup} "
         "set-up round(s)"
     )
@@ -389,7 +389,7 @@ def rounds_text(row):
             "sum's pairwise seeds as set-up, the masked column sums up and the unmasking as "
             "rounds 1 and 2, the offset down), the bounds around the offset (set-up), the "
             "share exchange (round 3), the upload of the encoded distances with the labels "
-            "down (round 4). Its rounds 3 and 4 are the spec's two; the offset agreement "
+            "down (round 4). Its rounds 3 and 4 are the paper's two; the offset agreement "
             "comes on top."
         )
     else:
@@ -542,7 +542,7 @@ reports single runs). FedSC and FFCM run with the package defaults on Iris only 
 paper gives no baseline settings); MUFC and FedMAvg are not in the package. Rows are
 L2-normalised; Iris has m = 3 data-holding clients
 (one per class, as in the paper) plus 4 share-holding parties without data
-(`n_parties=7`), because l = t = 2 needs 7 parties to decode (spec §7 A3); D does
+(`n_parties=7`), because l = t = 2 needs 7 parties to decode; D does
 not depend on this choice. OmniFC runs with `prime=2**30 - 35` (precision 'auto' gives
 the q of the Communication table). Spectral clustering uses gamma = {SC_GAMMA:g} centrally
 and in OmniFC; k-means n_init = {KM_N_INIT}; FCM m = {FCM_M} with 3 starts; DBSCAN
