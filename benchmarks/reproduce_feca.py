@@ -663,8 +663,11 @@ often as the paper's. Over-shooting k' = 20 matches under skew and is worse on I
 in MSE: the paper's row equals (mean ℓ2)²/15, ours is the mean of per-run MSE, which is
 larger when runs spread (S1 (0.1): 12196 against 3315).
 
-**Communication.** FeCA, M-Avg and k-FED use one round. FFCM uses `n_rounds` rounds plus
-one set-up exchange, in which the seed client uploads its k-means++ centers.
+**Communication.** FeCA, M-Avg and k-FED use one round. FFCM v2 uses `n_rounds` rounds
+plus one in which the seed client uploads its k-means++ centers; v1 aggregates the
+mass-weighted centers by secure sums, 23 rounds and a set-up round at `n_rounds=10`
+([grid](grid.md)). Each also reports `inertia_` from five evaluation rounds of secure
+sums after the fit.
 """
 
 
