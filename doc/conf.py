@@ -102,7 +102,7 @@ numpydoc_xref_ignore = {
     *("n", "d", "k", "l", "m", "t", "w", "n_i", "n_samples", "n_samples_i", "n_features"),
     *("n_rows", "n_columns", "n_components", "n_clusters", "n_clusters_found", "n_centers"),
     *("n_clients", "n_anchors", "n_levels", "n_micro_clusters", "client_n_clusters"),
-    *("k_true",),
+    *("k_true", "n_vertices"),
     # words
     *("of", "or", "and", "as", "if", "in", "is", "with", "shape", "default", "optional"),
     *("instance", "objects", "floats", "specification", "partition", "settings", "same"),
