@@ -618,6 +618,32 @@ def test_estimators_without_a_protocol_and_misconfigured_nodes_are_refused():
         fit_on_flower(KFed(n_clusters=2), grid, n_nodes=4)
 
 
+def test_nodes_without_a_party_are_left_out_and_outputs_prefixed_on_request():
+    # One federation for several methods: two share-holding nodes without data.
+    clients = _clients()
+    memory = Memory()
+    blocks = Clients(clients + [None] * 2)
+    app = make_client_app(blocks, save_output=memory, allowed_modules=ALLOWED)
+    grid = LocalGrid(app, [{"partition-id": i} for i in range(6)])
+    with pytest.raises(ValueError, match=r"nodes \[104, 105\] hold no data.*'leave out'"):
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=6, allowed_modules=ALLOWED)
+    with pytest.raises(ValueError, match="idle_nodes must be"):
+        fit_on_flower(KFed(n_clusters=4), grid, n_nodes=6, idle_nodes="ignore")
+    estimator = fit_on_flower(
+        KFed(n_clusters=4, random_state=0),
+        grid,
+        n_nodes=6,
+        allowed_modules=ALLOWED,
+        idle_nodes="leave out",
+        output_prefix="kfed-",
+    )
+    reference = KFed(n_clusters=4, random_state=0).fit(clients)
+    assert estimator.client_nodes_.tolist() == [100, 101, 102, 103]
+    _assert_same_communication(estimator.communication_, reference.communication_)
+    np.testing.assert_array_equal(memory.rows("kfed-labels", 4), reference.labels_)
+    assert {key for key, _ in memory.written} == {"kfed-labels"}
+
+
 def test_file_loader_and_writer_follow_the_node_config(tmp_path):
     X = np.arange(12.0).reshape(6, 2)
     np.save(tmp_path / "a.npy", X)

@@ -1037,6 +1037,8 @@ def fit_on_flower(
     allowed_modules=DEFAULT_ALLOWED_MODULES,
     poll_interval=DEFAULT_POLL_INTERVAL,
     keep_for_predict=False,
+    idle_nodes="refuse",
+    output_prefix="",
 ):
     """Fit ``estimator`` on the data of Flower nodes; call it in a ServerApp's ``main``.
 
@@ -1080,6 +1082,20 @@ def fit_on_flower(
         for :func:`predict_on_flower` later in the same ServerApp run (DC and
         OmniFC predict with state only the parties hold). Sets
         ``flower_session_``.
+    idle_nodes : {"refuse", "leave out"}, default="refuse"
+        Nodes without data beyond the parties the estimator has (a node
+        whose loader returned ``None`` where the method has no party for it):
+        ``"refuse"`` stops the fit after the handshake, naming them (a node
+        whose data path is unset looks the same); ``"leave out"`` fits
+        without them, for a ServerApp fitting several methods on one
+        federation whose share-holding nodes only some methods use. A node
+        left out answered the handshake only; it drops that handshake's
+        record at the end of its next fit.
+    output_prefix : str, default=""
+        Prepended to the key of every output the nodes write at the end of
+        the fit (``"kfed-"`` makes the labels ``"kfed-labels"``), so that
+        the fits of several estimators on the same nodes keep their outputs
+        apart.
 
     Returns
     -------
@@ -1094,6 +1110,8 @@ def fit_on_flower(
     """
     require_flwr()
     node_ids = _check_request(estimator, n_nodes, node_ids, timeout, connect_timeout, poll_interval)
+    if idle_nodes not in ("refuse", "leave out"):
+        raise ValueError(f"idle_nodes must be 'refuse' or 'leave out', got {idle_nodes!r}")
     name = type(estimator).__name__
     session = uuid.uuid4().hex
     transport = Transport()
@@ -1154,12 +1172,17 @@ def fit_on_flower(
             f"{name} needs {n_parties} parties ({n_parties - info.n_clients} without data) "
             f"but only {len(hello)} nodes joined"
         )
+    left_out = []
     if len(hello) > n_parties:
+        # The data nodes come first: every node after the parties holds no data.
         idle = [h["node_id"] for h in hello[n_parties:]]
-        raise ValueError(
-            f"nodes {idle} hold no data and {name} has no party for them (their loader "
-            "returned None: is their data-path set?)"
-        )
+        if idle_nodes == "refuse":
+            raise ValueError(
+                f"nodes {idle} hold no data and {name} has no party for them (their loader "
+                "returned None: is their data-path set? idle_nodes='leave out' fits without "
+                "them)"
+            )
+        left_out, hello = idle, hello[:n_parties]
 
     runtime = FlowerRuntime(
         grid,
@@ -1195,8 +1218,10 @@ def fit_on_flower(
             # the one its operator announced out of band.
             who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
             runtime.stage(f"party {party}: node {node_id}, {who}")
+        if left_out:
+            runtime.stage(f"nodes {left_out}: no data and no party, left out")
         estimator._fit_runtime(runtime, random_state)
-        written = runtime.finish(keep=keep_for_predict)
+        written = runtime.finish(keep=keep_for_predict, prefix=output_prefix)
     if keep_for_predict:
         estimator.flower_session_ = FlowerSession(runtime)
     else:
