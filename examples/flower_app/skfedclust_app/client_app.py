@@ -36,7 +36,17 @@ def load_data(node_config):
 
 
 def save_output(node_config, key, values):
-    """Write an output to ``<key>-path`` (``labels-path``), else next to the demo data."""
+    """Write an output to ``<key>-path`` (``labels-path``), else next to the demo data.
+
+    An output of one of several methods, ``kfed-labels``, goes next to the
+    file of its plain key with the method in front of the name:
+    ``labels-path='/data/org_0_labels.npy'`` gives
+    ``/data/kfed-org_0_labels.npy``.
+    """
+    method, dash, base = key.partition("-")
+    if f"{key}-path" not in node_config and dash and f"{base}-path" in node_config:
+        path = Path(str(node_config[f"{base}-path"]))
+        return FileWriter(str(path.with_name(f"{method}-{path.name}")))(node_config, key, values)
     if f"{key}-path" in node_config or "partition-id" not in node_config:
         return FileWriter()(node_config, key, values)
     target = SIMULATION_OUTPUT.expanduser() / f"{key}_{node_config['partition-id']}.npy"
