@@ -25,13 +25,18 @@ so that a shared, noisy machine loads both alike; the table gives the medians.
     python benchmarks/speed_omnifc.py --quick    # n = 3,000
     python benchmarks/bench_speed.py --only omnifc   # the same cases in the common table
     /usr/bin/time -v python benchmarks/speed_omnifc.py --big 30000   # peak memory run
+    python benchmarks/speed_omnifc.py --profile   # single-threaded CPU ratio, where it goes
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
+import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,10 +44,12 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.metrics import euclidean_distances
 from sklearn.preprocessing import normalize
+from threadpoolctl import threadpool_limits
 
 from skfedclust.secure import (
     DEFAULT_PRIME,
     FAST_PRIME,
+    _lcc,
     lcc_squared_distances,
     max_safe_precision,
 )
@@ -145,13 +152,86 @@ def big_run(n, prime):
             fh.write(f"\nLarge run: {line}\n")
 
 
+#: What ``--profile`` times: (owner, attribute), thread CPU time inclusive of nested calls.
+PROFILED = [
+    (ModularProduct, "product"),
+    (ModularProduct, "left_operand"),
+    (ModularProduct, "right_operand"),
+    (_lcc, "centre_into"),
+    (_lcc.StreamingDecoder, "decode_block"),
+    (_lcc, "_unpack_tile"),
+    (_lcc.DenseSink, "add"),
+    (_lcc, "lcc_encode"),
+    (_lcc, "encoded_row_norms"),
+    (_lcc, "agree_scale"),
+]
+
+
+def profile_run(n, repeat=2):
+    """Single-threaded CPU ratio against the reference, and the secure round's CPU per part.
+
+    Everything on one thread (``threadpool_limits(1)``, ``n_jobs=1``): neither side then
+    waits for a descheduled thread, so the CPU ratio hardly moves with the machine's load.
+    The parts are thread CPU time summed over the calls of each function.
+    """
+    X = _data(n)
+    clients = np.array_split(X, N_CLIENTS)
+    spent, calls, lock = collections.Counter(), collections.Counter(), threading.Lock()
+
+    def timed_call(f, label):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                with lock:
+                    spent[label] += time.thread_time() - start
+                    calls[label] += 1
+
+        return wrapper
+
+    originals = [(owner, name, getattr(owner, name)) for owner, name in PROFILED]
+    for owner, name, f in originals:
+        setattr(owner, name, timed_call(f, name))
+    print(f"load average {os.getloadavg()}")
+    try:
+        with threadpool_limits(1):
+            for pair in range(repeat):
+                spent.clear()
+                calls.clear()
+                start = time.process_time()
+                for a in range(0, n, REFERENCE_BLOCK):
+                    euclidean_distances(X[a : a + REFERENCE_BLOCK], X, squared=True)
+                reference = time.process_time() - start
+                start = time.process_time()
+                lcc_squared_distances(clients, random_state=0, n_jobs=1)
+                secure = time.process_time() - start
+                print(
+                    f"pair {pair}: CPU secure {secure:.2f} s, reference {reference:.2f} s, "
+                    f"ratio {secure / reference:.2f}"
+                )
+    finally:
+        for owner, name, f in originals:
+            setattr(owner, name, f)
+    for name, seconds in spent.most_common():
+        print(f"{seconds:8.2f} s {100 * seconds / secure:5.1f}% {calls[name]:6d} calls  {name}")
+    print(f"load average {os.getloadavg()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 3,000")
     parser.add_argument("--repeat", type=int, default=3, help="alternating pairs per case")
     parser.add_argument("--big", type=int, default=None, help="only run one round of this size")
     parser.add_argument("--fast", action="store_true", help="with --big: the fast prime")
+    parser.add_argument(
+        "--profile", action="store_true", help="single-threaded CPU ratio and its parts"
+    )
     args = parser.parse_args()
+    if args.profile:
+        profile_run(3_000 if args.quick else 10_000)
+        return
     if args.big:
         big_run(args.big, FAST_PRIME if args.fast else DEFAULT_PRIME)
         return
