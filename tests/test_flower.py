@@ -1106,13 +1106,17 @@ FLWR_TOOLS = pytest.mark.skipif(
 GUIDE_CONNECTION = '[superlink.local-deployment]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
 
 
-def _demo_reference(n_nodes, **params):
+def _demo_blocks(n_nodes):
     sys.path.insert(0, str(EXAMPLE_APP))
     try:
         from skfedclust_app.demo import demo_share
     finally:
         sys.path.remove(str(EXAMPLE_APP))
-    blocks = [demo_share(i, n_nodes) for i in range(n_nodes)]
+    return [demo_share(i, n_nodes) for i in range(n_nodes)]
+
+
+def _demo_reference(n_nodes, **params):
+    blocks = _demo_blocks(n_nodes)
     return blocks, KFed(n_clusters=3, random_state=0, **params).fit(blocks)
 
 
@@ -1136,89 +1140,166 @@ def _fail_with_logs(message, run, logs):
     pytest.fail(f"{message}:\n{run.stdout[-2500:]}{run.stderr[-2500:]}\n{tails}")
 
 
-@FLWR_TOOLS
-def test_local_deployment_with_flwr_run(tmp_path):
-    """The commands of RUNNING.md: a SuperLink, three SuperNodes, ``flwr run``."""
-    import shlex
+class _Deployment:
+    """Processes of a local deployment, started as RUNNING.md says; a log per process."""
 
-    bin_dir = Path(sys.executable).parent
-    superlink_port, *node_ports = _free_ports(4)
-    home, env = _flwr_env(tmp_path)
-    # flwr writes its default config (with its own 'local' connection) on first
-    # use; the guide's block is appended to it.
-    subprocess.run([str(bin_dir / "flwr"), "ls", "--help"], env=env, capture_output=True)
-    with open(home / "config.toml", "a") as config:
-        config.write("\n" + GUIDE_CONNECTION.format(port=superlink_port))
-    processes, logs = [], []
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.bin_dir = Path(sys.executable).parent
+        self.home, self.env = _flwr_env(tmp_path)
+        self.processes, self.logs = [], []
 
-    def start(name, args):
-        log = tmp_path / f"{name}.log"
-        logs.append(log)
+    def start(self, name, args):
+        log = self.tmp_path / f"{name}.log"
+        self.logs.append(log)
         with open(log, "w") as out:
-            processes.append(
+            self.processes.append(
                 subprocess.Popen(
-                    [str(bin_dir / args[0]), *args[1:]],
+                    [str(self.bin_dir / args[0]), *args[1:]],
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env=self.env,
                     cwd=EXAMPLE_APP,
                 )
             )
+        return self.processes[-1]
 
+    def flwr(self, *args, timeout):
+        return subprocess.run(
+            [str(self.bin_dir / "flwr"), *args],
+            env=self.env,
+            cwd=EXAMPLE_APP,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+@pytest.fixture
+def local_deployment(tmp_path):
+    """A SuperLink on a free port and its connection ``local-deployment`` in flwr's config.
+
+    Whatever the test starts with ``start`` is stopped at the end, with the
+    processes it started.
+    """
+    deployment = _Deployment(tmp_path)
+    (deployment.port,) = _free_ports(1)
+    # flwr writes its default config (with its own 'local' connection) on first
+    # use; the guide's block is appended to it.
+    deployment.flwr("ls", "--help", timeout=60)
+    with open(deployment.home / "config.toml", "a") as config:
+        config.write("\n" + GUIDE_CONNECTION.format(port=deployment.port))
     try:
-        start(
+        superlink = deployment.start(
             "superlink",
-            shlex.split(
-                f"flower-superlink --insecure --port {superlink_port} "
-                "--disable-runtime-dependency-installation"
-            ),
-        )
-        _wait_for_port(superlink_port, processes[0])
-        printed = subprocess.run(
-            [sys.executable, "prepare_data.py", str(tmp_path / "data"), "3", str(superlink_port)],
-            cwd=EXAMPLE_APP,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.splitlines()
-        assert len(printed) == 3
-        for i, (command, port) in enumerate(zip(printed, node_ports)):
-            args = shlex.split(command)
-            # The printed ports (9101...) may be taken on a shared machine.
-            args[args.index("--port") + 1] = str(port)
-            start(f"supernode_{i}", args)
-        run = subprocess.run(
             [
-                str(bin_dir / "flwr"),
-                "run",
-                ".",
-                "local-deployment",
-                "--stream",
-                "--run-config",
-                f"n-nodes=3 output-dir='{tmp_path / 'out'}'",
+                "flower-superlink",
+                "--insecure",
+                "--port",
+                str(deployment.port),
+                "--disable-runtime-dependency-installation",
             ],
-            env=env,
-            cwd=EXAMPLE_APP,
-            capture_output=True,
-            text=True,
-            timeout=240,
         )
+        _wait_for_port(deployment.port, superlink)
+        yield deployment
     finally:
-        _stop(processes)
-    summary_path = tmp_path / "out" / "summary.json"
-    if not summary_path.exists():
-        _fail_with_logs("flwr run did not finish the fit", run, logs)
-    summary = json.loads(summary_path.read_text())
-    clients, reference = _demo_reference(3)
-    np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
-    expected = {k: v for k, v in reference.communication_.items() if k != "per_client"}
-    assert {k: summary["communication"][k] for k in expected} == expected
-    labels = np.concatenate([np.load(tmp_path / "data" / f"org_{i}_labels.npy") for i in range(3)])
-    np.testing.assert_array_equal(labels, reference.labels_)
-    assert summary["rows_written_by_each_node"] == {"labels": [len(c) for c in clients]}
-    # Nothing of the run lands in the app folder, which the next run would bundle.
+        _stop(deployment.processes)
+
+
+#: One ``flwr run`` fits every method of the example app. Each exchange costs
+#: several seconds on a deployment (a SuperNode polls every 3 s when idle and
+#: starts a process per message): the iterative methods run few rounds, and
+#: the secure sums are those every method shares (its inertia's, OmniFC's
+#: offset), about 80 exchanges in all. OmniFC with one segment and two
+#: colluders decodes from 5 parties: the three organisations and two
+#: share-holding nodes without data.
+DEPLOYMENT_PARAMS = {
+    "ffcm": {"n_rounds": 2, "secure_aggregation": False},
+    "kumar": {"n_rounds": 2},
+    "gold": {"max_iter": 3, "standardize": False},
+    "fedsc": {"n_rounds": 2, "n_components": 3, "secure_aggregation": False},
+    "omnifc": {"n_parties": 5, "n_segments": 1, "n_colluders": 2},
+    "fedkmeans": {"secure_aggregation": False},
+}
+
+
+@FLWR_TOOLS
+def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_deployment):
+    """The commands of RUNNING.md: a SuperLink, three organisations and two share
+    holders as SuperNodes, one ``flwr run`` fitting every method."""
+    import shlex
+
+    from skfedclust.federation import use_runtime
+
+    sys.path.insert(0, str(EXAMPLE_APP))
+    try:
+        from skfedclust_app.server_app import make_estimators
+    finally:
+        sys.path.remove(str(EXAMPLE_APP))
+    printed = subprocess.run(
+        [sys.executable, "prepare_data.py", str(tmp_path / "data"), "3"]
+        + [str(local_deployment.port), "2"],
+        cwd=EXAMPLE_APP,
+        env=local_deployment.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    assert len(printed) == 5
+    for i, (command, port) in enumerate(zip(printed, _free_ports(5))):
+        args = shlex.split(command)
+        # The printed ports (9101...) may be taken on a shared machine.
+        args[args.index("--port") + 1] = str(port)
+        # A fixed private seed (tests only) gives DC's parties the private
+        # anchors of the in-process reference below.
+        args[args.index("--node-config") + 1] += " private-seed=5"
+        local_deployment.start(f"supernode_{i}", args)
+    config = {"method": "all", "n-clusters": 3, "random-state": 0}
+    params = json.dumps(DEPLOYMENT_PARAMS)
+    started = time.monotonic()
+    run = local_deployment.flwr(
+        "run",
+        ".",
+        "local-deployment",
+        "--stream",
+        "--run-config",
+        f"method='all' n-nodes=5 params='{params}' output-dir='{tmp_path / 'out'}'",
+        timeout=1200,
+    )
+    seconds = time.monotonic() - started
+    data, out = tmp_path / "data", tmp_path / "out"
+    blocks = _demo_blocks(3)
+    sizes = [len(b) for b in blocks]
+    checked = []
+    for method, reference in make_estimators({**config, "params": params}):
+        if not (out / f"{method}-summary.json").exists():
+            _fail_with_logs(
+                f"flwr run did not finish {method} ({seconds:.0f} s)", run, local_deployment.logs
+            )
+        with use_runtime(_private_runtime(5)):
+            reference.fit(blocks)
+        summary = json.loads((out / f"{method}-summary.json").read_text())
+        assert summary["method"] == type(reference).__name__
+        if hasattr(reference, "cluster_centers_"):
+            np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
+        _assert_same_communication(
+            {**summary["communication"], "per_client": {}},
+            {**reference.communication_, "per_client": {}},
+        )
+        for key, values in reference.communication_["per_client"].items():
+            np.testing.assert_array_equal(summary["communication"]["per_client"][key], values)
+        labels = [np.load(data / f"{method}-org_{i}_labels.npy") for i in range(3)]
+        np.testing.assert_array_equal(np.concatenate(labels), reference.labels_)
+        n_parties = 5 if method == "omnifc" else 3
+        written = summary["rows_written_by_each_node"][f"{method}-labels"]
+        assert written == sizes + [0] * (n_parties - 3)
+        assert len(summary["nodes"]) == n_parties
+        checked.append(method)
+    assert len(checked) == 10
+    # One method's run leaves the plain labels-path alone; nothing of the run
+    # lands in the app folder, which the next run would bundle.
+    assert not (data / "org_0_labels.npy").exists()
     assert not (EXAMPLE_APP / "out").exists() and not (EXAMPLE_APP / "data").exists()
 
 
@@ -1243,27 +1324,19 @@ def _stop_local_superlink(port):
 @FLWR_TOOLS
 def test_flwr_run_simulates_the_example_app_on_its_demo_data(tmp_path):
     """``flwr run .`` as the guide says: Flower's own local SuperLink, simulated nodes."""
-    bin_dir = Path(sys.executable).parent
-    _, env = _flwr_env(tmp_path)
+    flower = _Deployment(tmp_path)
     http_port, control_port = _free_ports(2)
-    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
-    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
+    flower.env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
+    flower.env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
     try:
-        run = subprocess.run(
-            [
-                str(bin_dir / "flwr"),
-                "run",
-                ".",
-                "--stream",
-                "--federation-config",
-                "num-supernodes=3",
-                "--run-config",
-                f"output-dir='{tmp_path / 'out'}'",
-            ],
-            env=env,
-            cwd=EXAMPLE_APP,
-            capture_output=True,
-            text=True,
+        run = flower.flwr(
+            "run",
+            ".",
+            "--stream",
+            "--federation-config",
+            "num-supernodes=3",
+            "--run-config",
+            f"output-dir='{tmp_path / 'out'}'",
             timeout=300,
         )
     finally:
@@ -1299,6 +1372,23 @@ def test_the_example_app_checks_its_run_config_before_contacting_nodes():
         server_app.make_estimator({**config, "params": '{"no_such": 1}'})
     gold = server_app.make_estimator({**config, "method": "GOLD", "params": '{"max_iter": 5}'})
     assert type(gold).__name__ == "GOLDClustering" and gold.max_iter == 5
+    # Several methods, one after the other: parameters keyed by method name.
+    every = server_app.make_estimators({**config, "method": "all"})
+    assert [method for method, _ in every] == list(server_app.METHODS)
+    keyed = '{"gold": {"max_iter": 5}, "omnifc": {"n_parties": 5}}'
+    two = server_app.make_estimators({**config, "method": "gold, kfed", "params": keyed})
+    assert [method for method, _ in two] == ["gold", "kfed"] and two[0][1].max_iter == 5
+    assert server_app.make_estimator({**config, "method": "omnifc", "params": keyed}).n_parties == 5
+    with pytest.raises(ValueError, match="unknown method 'kfed,kmeans'"):
+        server_app.make_estimators({**config, "method": "kfed,kmeans"})
+    with pytest.raises(ValueError, match="names a method twice"):
+        server_app.make_estimators({**config, "method": "kfed,kfed"})
+    with pytest.raises(ValueError, match="keyed by method name"):
+        server_app.make_estimators({**config, "method": "all", "params": '{"max_iter": 5}'})
+    with pytest.raises(ValueError, match="KumarFederatedKMeans does not take"):
+        server_app.make_estimators({**config, "method": "all", "params": '{"kumar": {"x": 1}}'})
+    with pytest.raises(ValueError, match="names 2 methods, not one"):
+        server_app.make_estimator({**config, "method": "kfed,gold"})
     assert server_app.node_ids({"node-ids": "12, 34,56"}) == [12, 34, 56]
     assert server_app.node_ids({"node-ids": ""}) is None
 
