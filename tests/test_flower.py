@@ -1,8 +1,9 @@
 """The protocols over Flower: the same results as in-process, sealed peer messages, clear errors.
 
 Most tests run the ClientApp in this process through a small Grid (fast, no Ray);
-one runs Flower's simulation runtime (Ray, 5 nodes) and one a real local
-deployment (a SuperLink and three SuperNodes on 127.0.0.1, ``flwr run``).
+some run Flower's simulation runtime (Ray) and one a real local deployment
+(a SuperLink and five SuperNodes on 127.0.0.1, one ``flwr run`` fitting every
+method).
 """
 
 import json
@@ -1141,7 +1142,8 @@ def _fail_with_logs(message, run, logs):
 
 
 class _Deployment:
-    """Processes of a local deployment, started as RUNNING.md says; a log per process."""
+    """Flower's command-line tools in a home of the test's own: ``flwr`` commands, and
+    processes started as RUNNING.md says (a log each)."""
 
     def __init__(self, tmp_path):
         self.tmp_path = tmp_path
