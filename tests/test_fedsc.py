@@ -42,11 +42,15 @@ from skfedclust.secure import (
     data_noise_scale,
     default_degree,
     factor_noise_scales,
-    shamir_combine,
 )
-from skfedclust.secure._secure_sum import TAG_UNMASK, _self_mask
+from skfedclust.secure._secure_sum import TAG_UNMASK
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
-from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
+from skfedclust.utils.protocol_checks import (
+    RecordingRuntime,
+    check_protocol,
+    recording_runtime,
+    remove_self_masks,
+)
 
 F8 = 8  # bytes of a float64 (and of a Python int or float scalar)
 I4 = 4  # bytes of an int32 label
@@ -351,16 +355,7 @@ def _opened_uploads(runtime, which):
     """
     sums = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
     _, (uploads, reveals), _ = sums[which]
-    opened = {}
-    for c in uploads:
-        shares = {
-            int(x): (int(hi) << 64) | int(lo)
-            for b_shares, _ in reveals.values()
-            for owner, x, hi, lo in np.asarray(b_shares).tolist()
-            if owner == c
-        }
-        masked = np.asarray(uploads[c][0], dtype=np.uint64)
-        opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
+    opened = remove_self_masks(uploads, reveals)
     return opened
 
 

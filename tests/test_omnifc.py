@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _byte_formulas import offset_sum_bytes
 from scipy.cluster.hierarchy import fcluster, linkage
 from sklearn.base import clone
 from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans, SpectralClustering
@@ -48,22 +49,6 @@ def exact_sq(X, Y, q):
     Xi = np.rint(np.ldexp(X, q)).astype(np.int64)
     Yi = np.rint(np.ldexp(Y, q)).astype(np.int64)
     return ((Xi[:, None, :] - Yi[None, :, :]) ** 2).sum(-1) / 4.0**q
-
-
-def offset_sum_bytes(n_clients, d):
-    """Bytes of the common offset's secure sum per data client (complete graph below 10).
-
-    ``up``: the masked column sums (d int64), their structure ("array", its length, "int":
-    16 bytes) and a 32-byte self-mask share per neighbour back in the unmasking; ``peer``
-    (client ``j``): a 16-byte seed to every later neighbour (set-up) and a 32-byte share to
-    every neighbour; ``down``: who uploaded (8 bytes per data client).
-    """
-    deg = n_clients - 1
-    return {
-        "up": 8 * d + 16 + 32 * deg,
-        "peer": [16 * (deg - j) + 32 * deg for j in range(n_clients)],
-        "down": 8 * n_clients,
-    }
 
 
 class DropFromOffset(InProcessRuntime):

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from _byte_formulas import offset_sum_bytes
 from scipy import stats
 
 from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
@@ -23,7 +24,6 @@ from skfedclust.secure import (
     modular_matmul,
     quantize,
     server_decoding_weights,
-    shamir_combine,
 )
 from skfedclust.secure._field import FAST_PRIME, ModularProduct, centred
 from skfedclust.secure._lcc import (
@@ -33,9 +33,9 @@ from skfedclust.secure._lcc import (
     tile_elements,
     tile_exchanges,
 )
-from skfedclust.secure._secure_sum import TAG_UNMASK, _self_mask
+from skfedclust.secure._secure_sum import TAG_UNMASK
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
-from skfedclust.utils.protocol_checks import RecordingRuntime
+from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
 MERSENNE = 2**31 - 1
 
@@ -380,20 +380,6 @@ def test_bad_input_raises():
 # --------------------------------------------------------------------------- #
 # Protocol bookkeeping and streaming
 # --------------------------------------------------------------------------- #
-def offset_sum_bytes(n_clients, d):
-    """Bytes of the common offset's secure sum per data client (complete graph below 10).
-
-    ``up``: the masked column sums (d int64), their structure ("array", its length, "int":
-    16 bytes) and a 32-byte self-mask share per neighbour back in the unmasking; ``peer``
-    (client ``j``): a 16-byte seed to every later neighbour (set-up) and a 32-byte share to
-    every neighbour; ``down``: who uploaded (8 bytes per data client).
-    """
-    deg = n_clients - 1
-    return {
-        "up": 8 * d + 16 + 32 * deg,
-        "peer": [16 * (deg - j) + 32 * deg for j in range(n_clients)],
-        "down": 8 * n_clients,
-    }
 
 
 def test_ledger_counts_shares_and_uploads():
@@ -598,16 +584,7 @@ def test_the_server_cannot_see_one_clients_sums_for_the_offset():
     # mask from the shares revealed in the unmasking and take it off its upload.
     ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
     shift = _lcc.fixed_point_shift(max(float(b) for b in runtime.received[0].values()), 25 * 5)
-    opened = {}
-    for c in uploads:
-        shares = {
-            int(x): (int(hi) << 64) | int(lo)
-            for b_shares, _ in reveals.values()
-            for owner, x, hi, lo in np.asarray(b_shares).tolist()
-            if owner == c
-        }
-        masked = np.asarray(uploads[c][0], dtype=np.uint64)
-        opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
+    opened = remove_self_masks(uploads, reveals)
     plain = {
         c: _lcc.fixed_point_column_sums(X_c, shift).view(np.uint64) for c, X_c in enumerate(clients)
     }

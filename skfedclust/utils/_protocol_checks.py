@@ -26,7 +26,7 @@ import numpy as np
 
 from ..federation import InProcessRuntime, Received, use_runtime
 
-__all__ = ["RecordingRuntime", "check_protocol", "recording_runtime"]
+__all__ = ["RecordingRuntime", "check_protocol", "recording_runtime", "remove_self_masks"]
 
 
 class RecordingRuntime(InProcessRuntime):
@@ -56,6 +56,32 @@ def recording_runtime():
     RecordingRuntime.instances = []
     with use_runtime(RecordingRuntime):
         yield RecordingRuntime.instances
+
+
+def remove_self_masks(uploads, reveals):
+    """What a curious server makes of one secure sum: every upload without its self mask.
+
+    ``uploads`` and ``reveals`` are the two inputs of the sum's unmasking
+    server step (see :class:`RecordingRuntime`'s ``server_inputs``). Every
+    survivor's self-mask seed is rebuilt from the Shamir shares its
+    neighbours revealed and its mask taken off its upload; what is left still
+    carries the pairwise masks, which cancel only in the total. Returns
+    ``{client: uint64 array}``.
+    """
+    from ..secure import shamir_combine
+    from ..secure._secure_sum import _self_mask
+
+    opened = {}
+    for c in uploads:
+        shares = {
+            int(x): (int(hi) << 64) | int(lo)
+            for b_shares, _ in reveals.values()
+            for owner, x, hi, lo in np.asarray(b_shares).tolist()
+            if owner == c
+        }
+        masked = np.asarray(uploads[c][0], dtype=np.uint64)
+        opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
+    return opened
 
 
 def _arrays(obj):

@@ -1,5 +1,10 @@
 """Checks of a protocol run for the tests of any estimator (see :func:`check_protocol`)."""
 
-from ._protocol_checks import RecordingRuntime, check_protocol, recording_runtime
+from ._protocol_checks import (
+    RecordingRuntime,
+    check_protocol,
+    recording_runtime,
+    remove_self_masks,
+)
 
-__all__ = ["RecordingRuntime", "check_protocol", "recording_runtime"]
+__all__ = ["RecordingRuntime", "check_protocol", "recording_runtime", "remove_self_masks"]
