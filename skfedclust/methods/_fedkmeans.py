@@ -1007,21 +1007,28 @@ class FederatedKMeans(
                 self.noise_scales_ = {}
                 self._protocol(runtime, random_state)
 
-    def _protocol(self, runtime, random_state):
-        everyone = list(range(runtime.n_clients))
+    def _check_min_clients(self, runtime):
         if self.min_clients is not None and self.min_clients > runtime.n_clients:
             raise ValueError(
                 f"min_clients={self.min_clients} but there are {runtime.n_clients} clients"
             )
+
+    def _sum_channel(self, runtime, random_state):
+        """The fit's sums; its graph's public seed is the next draw of ``random_state``."""
         # A sampled client needs sampled neighbours to mask with: with sampling
         # the secure-sum graph is complete.
         degree = runtime.n_clients - 1 if self.client_fraction < 1.0 else None
-        adder = SumChannel(
+        return SumChannel(
             runtime,
             secure=self.secure_aggregation,
             seed=int(random_state.randint(np.iinfo(np.int32).max)),
             degree=degree,
         )
+
+    def _protocol(self, runtime, random_state):
+        everyone = list(range(runtime.n_clients))
+        self._check_min_clients(runtime)
+        adder = self._sum_channel(runtime, random_state)
         runtime.stage("client step: secure moments of the pooled rows")
         mean, variance, rough, spread, active = self._moments(runtime, adder, everyone)
         # scikit-learn's tolerance: tol times the mean per-feature variance.
@@ -1106,10 +1113,7 @@ class FederatedKMeans(
 
     def _dp_protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
-        if self.min_clients is not None and self.min_clients > runtime.n_clients:
-            raise ValueError(
-                f"min_clients={self.min_clients} but there are {runtime.n_clients} clients"
-            )
+        self._check_min_clients(runtime)
         if isinstance(self.init, str) and self.init == "k-fed":
             raise ValueError(
                 "init='k-fed' uploads each client's local centers, which no differential-"
@@ -1133,13 +1137,7 @@ class FederatedKMeans(
         self.bounds_ = (lower, upper)
         self.privacy_accountant_ = accountant
         self.noise_scales_ = plan.scales()
-        degree = runtime.n_clients - 1 if self.client_fraction < 1.0 else None
-        adder = SumChannel(
-            runtime,
-            secure=self.secure_aggregation,
-            seed=int(random_state.randint(np.iinfo(np.int32).max)),
-            degree=degree,
-        )
+        adder = self._sum_channel(runtime, random_state)
         if adder.secure:
             # Before the first broadcast: the set-up exchange would take it.
             adder.aggregator.setup()
