@@ -164,9 +164,9 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     factor = 2.0 ** -int(np.frexp(np.abs(centers - reference).max())[1])
     outputs = []
     for kernel in (fedkmeans._lloyd_pass_loops, fedkmeans._lloyd_pass_compiled):
-        out = (np.empty(len(X), dtype=np.intp), np.zeros((4, 3)), np.zeros(4, np.int64))
-        squares = np.zeros((4, 3))
-        changed = kernel(X, centers, reference, factor, previous, *out, squares)
+        out = (np.empty(len(X), dtype=np.intp), np.zeros((1, 4, 3)), np.zeros((1, 4), np.int64))
+        squares = np.zeros((1, 4, 3))
+        changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 1)
         outputs.append((changed, *out, squares))
     for a, b in zip(*outputs):
         np.testing.assert_array_equal(a, b)
@@ -174,8 +174,55 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     # A row beyond the headroom of the centers' frame: handed over.
     X[5] = 1e300
     assert (
-        fedkmeans._lloyd_pass_compiled(X, centers, reference, factor, previous, *out, squares) < 0
+        fedkmeans._lloyd_pass_compiled(X, centers, reference, factor, previous, *out, squares, 0, 1)
+        < 0
     )
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads):
+    # 3.5 blocks of rows: each block adds its rows in order, then the blocks
+    # are added in block order; the floats do not depend on the threads.
+    block = fedkmeans._BLOCK
+    rng = np.random.RandomState(0)
+    # Block b's rows spread over 1e4**b: adding the same rows in another order
+    # (all in row order, or the blocks reversed) changes the floats, as the
+    # end of the test checks. (No offset: rows near 1.7e9 would make every
+    # deviation, and every sum, exact.)
+    n = block * 7 // 2
+    rng_rows = np.random.RandomState(0).standard_normal((n, 3))
+    X = rng_rows * 1e4 ** (np.arange(n) // block)[:, None]
+    centers = np.vstack([X[:3] * 1e-3, [[1e30] * 3]])
+    one = fedkmeans.lloyd_pass(X, centers, n_threads=1)
+    many = fedkmeans.lloyd_pass(X, centers, n_threads=n_threads)
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(a, b)
+    labels = one[0]
+    deviations = X - centers[labels]
+    orders = {"blocks in order": [], "blocks reversed": [], "rows in order": []}
+    for j in range(3):
+        parts = []
+        for start in range(0, n, block):
+            part = np.zeros(3)
+            rows = slice(start, start + block)
+            for row in deviations[rows][labels[rows] == j]:
+                part = part + row
+            parts.append(part)
+        forward, backward, sequential = parts[0].copy(), parts[0].copy(), np.zeros(3)
+        for part in parts[1:]:
+            forward = forward + part
+        for part in parts[:0:-1]:
+            backward = backward + part
+        for row in deviations[labels == j]:
+            sequential = sequential + row
+        orders["blocks in order"].append(forward)
+        orders["blocks reversed"].append(backward)
+        orders["rows in order"].append(sequential)
+    np.testing.assert_array_equal(one[1][:3], orders["blocks in order"])
+    assert not np.array_equal(orders["blocks reversed"], orders["blocks in order"])
+    assert not np.array_equal(orders["rows in order"], orders["blocks in order"])
+    np.testing.assert_array_equal(one[2], np.bincount(labels, minlength=4))
+    assert one[4] == len(X)
 
 
 def test_fits_do_not_depend_on_n_jobs_or_backend():

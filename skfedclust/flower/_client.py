@@ -24,7 +24,13 @@ import numpy as np
 from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
-from ..federation._runtime import Party, _check_reply, _run_step, allowed_step_modules
+from ..federation._runtime import (
+    Party,
+    _check_reply,
+    _run_step,
+    allowed_step_modules,
+    threads_per_step,
+)
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy
@@ -70,6 +76,8 @@ PRIVATE_SEED = "private-seed"
 #: by ``python -m skfedclust.flower keygen``) and of the identities it trusts.
 IDENTITY_KEY = "identity-key"
 TRUSTED_IDENTITIES = "trusted-identities"
+#: Node-config field of the threads a node's steps may use (default: its cores).
+N_THREADS = "n-threads"
 
 
 def _identity(node_config):
@@ -327,6 +335,13 @@ def _save_state(context, session, state, which=STATE):
     )
 
 
+def node_threads(node_config):
+    """Threads the node's client steps may use: its ``n-threads``, else the cores it may use."""
+    if N_THREADS in node_config:
+        return max(1, int(node_config[N_THREADS]))
+    return threads_per_step(None)
+
+
 def _private_entropy(node_config):
     """The node's private entropy: its ``private-seed``, else fresh OS entropy (as text)."""
     if PRIVATE_SEED in node_config:
@@ -510,6 +525,7 @@ class _Service:
             begin["seed"],
             int(record["private_entropy"]),
             stream=(int(control["exchange"]),),
+            n_threads=node_threads(context.node_config),
         )
         state = _load_state(context, session)
         with allowed_step_modules(self.allowed_modules):

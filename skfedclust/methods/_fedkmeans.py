@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
 from ..federation._inputs import input_form
+from ..federation._runtime import thread_pool
 from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
@@ -77,25 +78,32 @@ def _lloyd_pass_numpy(data, centers, previous):
 #: Rows scored per BLAS product in the compiled pass (scikit-learn's chunk):
 #: the chunk stays in cache while its rows are labelled and added up.
 _CHUNK = 256
+#: Rows per block of the pass: each block adds up its own statistics, and the
+#: blocks' statistics are then added in block order, so the floats do not
+#: depend on how many threads share the blocks.
+_BLOCK = 8 * _CHUNK
 #: Rows may lie up to ``2**_HEADROOM`` times farther from the centers' midpoint
 #: than the centers before the compiled pass hands over to ``nearest_center``
 #: (which then scales by the rows); the same threshold as ``nearest_center``.
 _HEADROOM = 500
 
 
-def _lloyd_pass_loops(data, centers, reference, factor, previous, labels, sums, counts, squares):
-    """One Lloyd pass over the rows, fused, in the frame of ``nearest_center``.
+def _lloyd_pass_loops(
+    data, centers, reference, factor, previous, labels, sums, counts, squares, first, step
+):
+    """Blocks ``first, first + step, ...`` of a Lloyd pass, fused, in ``nearest_center``'s frame.
 
     Rows and centers are translated to ``reference`` and scaled by the power
     of two ``factor``; a row goes to the center of least ``||c||^2/2 - x.c``
     (ties to the lowest index), scored a chunk at a time by one BLAS product.
     In the same pass, while the chunk is in cache, each row's deviation from
     its center (in the data's units, so a large offset costs no precision) is
-    added to its cluster's sums and squares, in row order. Returns the number
-    of rows whose label differs from ``previous`` (every row if
-    ``previous[0] < 0``), or -1 when a translated row is not finite or lies
-    beyond the headroom: the caller then labels the rows by
-    ``nearest_center``, which rescales by the rows.
+    added to its cluster's sums and squares of its block (``sums[b]``,
+    ``counts[b]``, ``squares[b]`` for block ``b`` of :data:`_BLOCK` rows), in
+    row order. Returns the number of the blocks' rows whose label differs
+    from ``previous`` (every row if ``previous[0] < 0``), or -1 when a
+    translated row is not finite or lies beyond the headroom: the caller then
+    labels the rows by ``nearest_center``, which rescales by the rows.
     """
     n, d = data.shape
     k = centers.shape[0]
@@ -114,51 +122,68 @@ def _lloyd_pass_loops(data, centers, reference, factor, previous, labels, sums, 
     deviation = np.empty(d)
     fresh = n > 0 and previous[0] < 0
     changed = 0
-    for start in range(0, n, _CHUNK):
-        m = min(_CHUNK, n - start)
-        within = True
-        for i in range(m):
-            for j in range(d):
-                v = (data[start + i, j] - reference[j]) * factor
-                rows[i, j] = v
-                # False for NaN too.
-                within &= abs(v) < limit
-        if not within:
-            return -1
-        if m == _CHUNK:
-            np.dot(rows, scaled, scores)
-        else:
-            scores[:m] = np.dot(rows[:m], scaled)
-        for i in range(m):
-            best = 0
-            low = half[0] - scores[i, 0]
-            for c in range(1, k):
-                s = half[c] - scores[i, c]
-                if s < low:
-                    low = s
-                    best = c
-            labels[start + i] = best
-            if fresh or previous[start + i] != best:
-                changed += 1
-            counts[best] += 1
-            # Three loops over a buffer vectorise where one loop does not.
-            for j in range(d):
-                deviation[j] = data[start + i, j] - centers[best, j]
-            for j in range(d):
-                sums[best, j] += deviation[j]
-            for j in range(d):
-                squares[best, j] += deviation[j] * deviation[j]
+    n_blocks = (n + _BLOCK - 1) // _BLOCK
+    for b in range(first, n_blocks, step):
+        block_sums = sums[b]
+        block_counts = counts[b]
+        block_squares = squares[b]
+        for start in range(b * _BLOCK, min(n, (b + 1) * _BLOCK), _CHUNK):
+            m = min(_CHUNK, n - start)
+            within = True
+            for i in range(m):
+                for j in range(d):
+                    v = (data[start + i, j] - reference[j]) * factor
+                    rows[i, j] = v
+                    # False for NaN too.
+                    within &= abs(v) < limit
+            if not within:
+                return -1
+            if m == _CHUNK:
+                np.dot(rows, scaled, scores)
+            else:
+                scores[:m] = np.dot(rows[:m], scaled)
+            for i in range(m):
+                best = 0
+                low = half[0] - scores[i, 0]
+                for c in range(1, k):
+                    s = half[c] - scores[i, c]
+                    if s < low:
+                        low = s
+                        best = c
+                labels[start + i] = best
+                if fresh or previous[start + i] != best:
+                    changed += 1
+                block_counts[best] += 1
+                # Three loops over a buffer vectorise where one loop does not.
+                for j in range(d):
+                    deviation[j] = data[start + i, j] - centers[best, j]
+                for j in range(d):
+                    block_sums[best, j] += deviation[j]
+                for j in range(d):
+                    block_squares[best, j] += deviation[j] * deviation[j]
     return changed
 
 
 if numba is not None:
-    # nogil: clients run side by side on threads.
+    # nogil: clients, and the blocks of one client, run side by side on threads.
     _lloyd_pass_compiled = numba.njit(cache=True, nogil=True)(_lloyd_pass_loops)
 else:  # pragma: no cover - exercised only without numba
     _lloyd_pass_compiled = None
 
 
-def lloyd_pass(data, centers, previous=None):
+def _run_pass(arguments, n_blocks, n_threads):
+    """The compiled pass over every block, on up to ``n_threads`` threads."""
+    n_threads = max(1, min(int(n_threads), n_blocks))
+    if n_threads == 1:
+        return _lloyd_pass_compiled(*arguments, 0, 1)
+    pool = thread_pool(n_threads)
+    results = list(
+        pool.map(lambda first: _lloyd_pass_compiled(*arguments, first, n_threads), range(n_threads))
+    )
+    return -1 if min(results) < 0 else sum(results)
+
+
+def lloyd_pass(data, centers, previous=None, n_threads=1):
     """Labels and per-cluster statistics of one Lloyd iteration on a client's rows.
 
     Parameters
@@ -167,6 +192,10 @@ def lloyd_pass(data, centers, previous=None):
     centers : ndarray of shape (n_clusters, n_features)
     previous : ndarray of shape (n_samples,) or None
         The labels of the last iteration (``None``: every row counts as changed).
+    n_threads : int, default=1
+        Threads sharing the blocks of rows. The statistics are added up per
+        block of 2,048 rows and the blocks' in block order, so they are the
+        same floats for any number of threads.
 
     Returns
     -------
@@ -197,20 +226,34 @@ def lloyd_pass(data, centers, previous=None):
         # A subnormal extent would need a factor beyond the float range.
         if exponent is not None and exponent > -1000:
             factor = math.ldexp(1.0, -exponent)
+            n_blocks = -(-n // _BLOCK)
             labels = np.empty(n, dtype=np.intp)
-            sums = np.zeros((k, d))
-            counts = np.zeros(k, dtype=np.int64)
-            squares = np.zeros((k, d))
+            sums = np.zeros((n_blocks, k, d))
+            counts = np.zeros((n_blocks, k), dtype=np.int64)
+            squares = np.zeros((n_blocks, k, d))
             if previous is None:
                 before = np.full(1, -1, dtype=np.intp)
             else:
                 before = np.require(previous, dtype=np.intp, requirements=["C", "W"])
-            changed = _lloyd_pass_compiled(
-                data, centers, reference, factor, before, labels, sums, counts, squares
-            )
+            arguments = (data, centers, reference, factor, before, labels, sums, counts, squares)
+            changed = _run_pass(arguments, n_blocks, n_threads)
             if changed >= 0:
-                return labels, sums, counts, squares.sum(axis=1), int(changed)
+                return (
+                    labels,
+                    _add_blocks(sums),
+                    counts.sum(axis=0),
+                    _add_blocks(squares).sum(axis=1),
+                    int(changed),
+                )
     return _lloyd_pass_numpy(data, centers, previous)
+
+
+def _add_blocks(per_block):
+    """The blocks' statistics added in block order (one block: itself, bit for bit)."""
+    total = per_block[0].copy()
+    for block in per_block[1:]:
+        total += block
+    return total
 
 
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
@@ -223,7 +266,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     since its last iteration (all of them the first time).
     """
     labels, sums, counts, inertia, changed = lloyd_pass(
-        data, inbox[TAG_CENTERS], state.get(_LABELS)
+        data, inbox[TAG_CENTERS], state.get(_LABELS), n_threads=party.n_threads
     )
     return Reply(
         send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
@@ -618,7 +661,10 @@ class FederatedKMeans(
         How to simulate clients from a pooled ``X``; ``None`` gives two IID
         clients.
     n_jobs : int, default=None
-        Number of parallel client workers (joblib).
+        Number of clients run side by side on threads (joblib's
+        ``n_jobs``). With ``None`` the clients run one after another and
+        each client's Lloyd pass shares its blocks of rows among the cores
+        OpenMP would use; the result is the same for every ``n_jobs``.
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the k-FED local k-means, the random centers, the
         client sampling and the secure-sum graph (all public), and, in a
