@@ -49,6 +49,7 @@ from threadpoolctl import threadpool_limits
 from skfedclust.secure import (
     DEFAULT_PRIME,
     FAST_PRIME,
+    _kernels,
     _lcc,
     lcc_squared_distances,
     max_safe_precision,
@@ -155,12 +156,11 @@ def big_run(n, prime):
 #: What ``--profile`` times: (owner, attribute), thread CPU time inclusive of nested calls.
 PROFILED = [
     (ModularProduct, "product"),
-    (ModularProduct, "left_operand"),
-    (ModularProduct, "right_operand"),
-    (_lcc, "centre_into"),
-    (_lcc.StreamingDecoder, "decode_block"),
-    (_lcc, "_unpack_tile"),
-    (_lcc.DenseSink, "add"),
+    (_kernels, "tile_residues"),
+    (ModularProduct, "left_operand_from_residues"),
+    (ModularProduct, "right_operand_from_residues"),
+    (_lcc.StreamingDecoder, "accumulate"),
+    (_lcc.StreamingDecoder, "decode_dense"),
     (_lcc, "lcc_encode"),
     (_lcc, "encoded_row_norms"),
     (_lcc, "agree_scale"),

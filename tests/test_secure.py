@@ -667,6 +667,67 @@ def test_party_block_is_exact_at_the_extremes_of_the_field(p):
     assert np.array_equal(upper.astype(np.int64) % p, np.asarray(exact)[np.triu_indices(6, 1)])
 
 
+@pytest.mark.parametrize("p, width", [(FAST_PRIME, 392), (DEFAULT_PRIME, 392), (MERSENNE, 1100)])
+@pytest.mark.parametrize("factor", [1, -2, 3**20])
+def test_operands_from_residues_match_the_two_step_operands(p, width, factor):
+    # the compiled one-pass operands are the same float64 numbers, bit for bit
+    from skfedclust.secure._field import centre_into
+
+    plan = ModularProduct.plan(p, width)
+    rng = np.random.default_rng(width)
+    Z = rng.integers(0, p, size=(37, width))
+    Z[0], Z[1], Z[2], Z[3] = 0, (p - 1) // 2, (p + 1) // 2, p - 1
+    Z = Z.astype(np.uint32)
+    extra = [rng.random(37), 1.0]
+    centred_rows = centre_into(Z, p, np.empty(Z.shape))
+    pairs = [
+        (
+            plan.left_operand(centred_rows, factor=factor, extra=extra),
+            plan.left_operand_from_residues(Z, factor=factor, extra=extra),
+        ),
+        (
+            plan.right_operand(centred_rows, extra=extra),
+            plan.right_operand_from_residues(Z, extra=extra),
+        ),
+    ]
+    for two_step, one_pass in pairs:
+        assert len(two_step) == len(one_pass) == len(plan.chunks(width))
+        for a, b in zip(two_step, one_pass):
+            assert np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+@pytest.mark.parametrize("p", [FAST_PRIME, DEFAULT_PRIME, MERSENNE])
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_decoder_accumulates_many_parties_exactly(p, diagonal):
+    # 40 parties: the int64 accumulator is reduced on the way (every 16 parties
+    # for the default prime, every 3 for 2**31 - 1); the decoded residues are
+    # the exact weighted sums mod p
+    n_parties, k = 40, 9
+    rng = np.random.default_rng(p % 997)
+    h = (p - 1) // 2
+    weights = rng.integers(0, p, size=n_parties)
+    weights[:4] = h, h + 1, p - 1, 1  # largest centred magnitudes
+    size = k * (k - 1) // 2 if diagonal else k * k
+    tiles = rng.integers(-h, h + 4, size=(n_parties, size))
+    tiles[:6] = h + 3  # the largest residue a party sends
+    tiles[6:12] = -h - 3
+    decoder = _lcc.StreamingDecoder(weights, p, 0)
+    assert decoder.flush_every == (2**62 - p) // (h * (h + 3))
+    assert p == FAST_PRIME or decoder.flush_every < n_parties
+    uploads = [(t.astype(np.int32),) for t in tiles]
+    tile = (0, k, 0, k)
+    acc = decoder.accumulate(uploads, 0, tile, diagonal, np.empty((k, k), dtype=np.int64))
+    exact = [sum(int(w) * int(t[e]) for w, t in zip(weights, tiles)) % p for e in range(size)]
+    out = np.empty((k, k))
+    from skfedclust.secure._kernels import decoded_block
+
+    decoded_block(acc, p, diagonal, out)
+    got = out[np.triu_indices(k, 1)] if diagonal else out.ravel()
+    assert np.array_equal(got.astype(np.int64), exact)
+    if diagonal:
+        assert np.array_equal(out, out.T) and not np.diagonal(out).any()
+
+
 def test_tiles_count_their_wire_size():
     # BLOCK_SIZE is 16 here: 40 rows make 3 tile rows
     n, n_query = 40, 7

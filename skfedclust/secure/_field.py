@@ -329,27 +329,79 @@ class ModularProduct:
             out.append(chunk)
         return out
 
+    def left_operand_from_residues(self, z, *, factor=1, extra=None):
+        """:meth:`left_operand` of ``centred(z)``, in one compiled pass per chunk.
+
+        ``z`` holds residues in ``[0, p)`` (e.g. uint32 shares). Bit-identical
+        to ``left_operand(centre_into(z, ...), factor=factor, extra=extra)``:
+        the same float64 operations, element by element, without the
+        intermediate arrays. Falls back to that when a product of the
+        multiplications by ``factor`` or ``2**shift`` would not be exact.
+        """
+        h = (self.p - 1) // 2
+        factor = int(factor)
+        shift_factor = 2**self.shift if self.n_limbs == 2 else 0
+        if (h + 3) * max(abs(factor), shift_factor) > 2**52:
+            return self.left_operand(
+                centre_into(z, self.p, np.empty(z.shape)), factor=factor, extra=extra
+            )
+        from ._kernels import left_chunk
+
+        out = []
+        for i, cols in enumerate(self.chunks(z.shape[1])):
+            width = cols.stop - cols.start
+            n_extra = len(extra) if i == 0 and extra else 0
+            chunk = np.empty((z.shape[0], self.n_limbs * width + n_extra))
+            plain = (self.n_limbs - 1) * width
+            left_chunk(
+                z[:, cols], float(self.p), float(factor), float(shift_factor), chunk, plain, 0
+            )
+            _fill_extra(chunk, extra if n_extra else None)
+            out.append(chunk)
+        return out
+
+    def right_operand_from_residues(self, z, *, extra=None):
+        """:meth:`right_operand` of ``centred(z)``, in one compiled pass per chunk.
+
+        Bit-identical to ``right_operand(centre_into(z, ...), extra=extra)``.
+        """
+        from ._kernels import right_chunk
+
+        out = []
+        for i, cols in enumerate(self.chunks(z.shape[1])):
+            width = cols.stop - cols.start
+            n_extra = len(extra) if i == 0 and extra else 0
+            chunk = np.empty((z.shape[0], self.n_limbs * width + n_extra))
+            shift = self.shift if self.n_limbs == 2 else 0
+            right_chunk(z[:, cols], float(self.p), shift, chunk, 0, width)
+            _fill_extra(chunk, extra if n_extra else None)
+            out.append(chunk)
+        return out
+
     # ------------------------------------------------------------ products
-    def product(self, left, right, out, tmp, tmp2):
+    def product(self, left, right, out, tmp, tmp2, *, reduce=True):
         """``out <- left @ right.T`` reduced: congruent integers with ``|out| <= p/2 + 3``.
 
         ``left`` and ``right`` are operands (lists of chunks, rows already
         selected) from :meth:`left_operand` and :meth:`right_operand`;
         ``out``, ``tmp`` and ``tmp2`` are ``(r, c)`` float64 arrays owned by
         the caller (reused across blocks so that nothing is allocated in the
-        hot loop).
+        hot loop). ``reduce=False`` leaves out the last reduction: ``out``
+        then holds exact congruent integers with ``|out| <= 2**53 - p``, for a
+        caller that reduces them in a pass of its own (the same
+        :func:`reduce_inplace` operations give the same residues).
         """
         p, pinv = self.p, 1.0 / self.p
         np.matmul(left[0], right[0].T, out=out)
-        reduce_inplace(out, p, pinv, tmp)
         if len(left) == 1:
-            return out
+            return reduce_inplace(out, p, pinv, tmp) if reduce else out
+        reduce_inplace(out, p, pinv, tmp)
         # each reduced chunk adds at most p/2 + 3 < 2**31: millions of chunks
         # fit below 2**53 before the sum needs a reduction
         for a, b in zip(left[1:], right[1:]):
             np.matmul(a, b.T, out=tmp2)
             out += reduce_inplace(tmp2, p, pinv, tmp)
-        return reduce_inplace(out, p, pinv, tmp)
+        return reduce_inplace(out, p, pinv, tmp) if reduce else out
 
 
 def modular_matmul(a, b, p):

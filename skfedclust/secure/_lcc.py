@@ -61,12 +61,9 @@ from ..federation._runtime import _thread_controller
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
-    canonical_inplace,
-    centre_into,
     centred,
     check_prime,
     mod_inverse,
-    reduce_inplace,
     reduction_bound,
 )
 from ._moments import SumChannel
@@ -733,25 +730,19 @@ def encoded_row_norms(shares, p):
 
 
 class _Scratch:
-    """Per-thread float64 scratch blocks of at most ``size x size``."""
+    """Per-thread scratch blocks of at most ``size x size`` (float64 unless told)."""
 
-    def __init__(self, keys):
+    def __init__(self, keys, dtype=np.float64):
         self.keys = keys
+        self.dtype = dtype
         self.local = threading.local()
 
     def get(self, size, shape):
         bufs = getattr(self.local, "bufs", None)
         if bufs is None or bufs[self.keys[0]].shape != (size, size):
-            bufs = {k: np.empty((size, size)) for k in self.keys}
+            bufs = {k: np.empty((size, size), dtype=self.dtype) for k in self.keys}
             self.local.bufs = bufs
         return {k: v[: shape[0], : shape[1]] for k, v in bufs.items()}
-
-
-def _upper_triangle(k, cache):
-    """Indices of the strict upper triangle of a ``k x k`` tile, row by row (kept in ``cache``)."""
-    if k not in cache:
-        cache[k] = np.triu_indices(k, 1)
-    return cache[k]
 
 
 def _tile_shape(tile):
@@ -801,23 +792,21 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
         1)/2 + 3`` (a 32-bit field element each, centred so that the server
         folds them without another pass): the message.
     """
+    from ._kernels import tile_residues
+
     (Z_a, r_a), (Z_b, r_b) = left, right
     plan = ModularProduct.plan(p, Z_a.shape[1])
     scratch = _Scratch(("g", "tmp", "tmp2"))
     size = max((max(_tile_shape(t)) for t in tiles), default=1)
     out = [None] * len(tiles)
-    triangles = {}
 
     # the operands of every row and column block of this request, prepared once
-    def centre(rows):
-        return centre_into(rows, p, np.empty(rows.shape))
-
     lefts = {
-        (a0, a1): plan.left_operand(centre(Z_a[a0:a1]), factor=-2, extra=[r_a[a0:a1], 1.0])
+        (a0, a1): plan.left_operand_from_residues(Z_a[a0:a1], factor=-2, extra=[r_a[a0:a1], 1.0])
         for a0, a1 in sorted({t[:2] for t in tiles})
     }
     rights = {
-        (b0, b1): plan.right_operand(centre(Z_b[b0:b1]), extra=[1.0, r_b[b0:b1]])
+        (b0, b1): plan.right_operand_from_residues(Z_b[b0:b1], extra=[1.0, r_b[b0:b1]])
         for b0, b1 in sorted({t[2:] for t in tiles})
     }
 
@@ -825,11 +814,13 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
         a0, a1, b0, b1 = tile
         work = scratch.get(size, _tile_shape(tile))
         lhs, rhs = lefts[a0, a1], rights[b0, b1]
-        # |g| <= p/2 + 3 after the product's reduction: a 32-bit residue as it is
-        g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"])
-        if _is_diagonal(tile, symmetric):
-            g = g[_upper_triangle(a1 - a0, triangles)]
-        out[k] = g.astype(np.int32).ravel()
+        # the product's last reduction runs in the pass that packs the
+        # message: |g| <= p/2 + 3 after it, a 32-bit residue as it is
+        g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"], reduce=False)
+        diagonal = _is_diagonal(tile, symmetric)
+        message = np.empty(tile_elements(tile, symmetric), dtype=np.int32)
+        tile_residues(g, float(p), True, diagonal, message)
+        out[k] = message
 
     _run_blocks(task, list(enumerate(tiles)), n_threads)
     return tuple(out)
@@ -906,14 +897,20 @@ def lcc_query_tiles_step(data, inbox, state, party, *, tiles, p, querier, first,
 # Server side: streamed decoding
 # --------------------------------------------------------------------------- #
 class StreamingDecoder:
-    """Server side of the decoding, block by block.
+    """Server side of the decoding, tile by tile.
 
-    ``w_j * G_j`` must be an exact float64 sum. A party's block, centred, has
-    ``|g| <= p/2``; for primes below about ``2**24`` its product with a
-    centred weight is exact; for larger primes each weight is split into two
-    signed 15-bit limbs with one accumulator each. The accumulators are
-    reduced every :attr:`flush_every` parties so that their sums stay below
-    ``2**53``.
+    The weighted sum ``sum_j w_j G_j`` of one tile is accumulated in int64,
+    one pass over each party's tile as it arrived (centred int32 residues,
+    only the strict upper triangle of a diagonal tile), and reduced to
+    ``[0, p)`` once at the end, in the pass that writes the decoded tile
+    out. Every term is exact: with centred weights ``|w_j| <= (p - 1)/2``
+    and residues ``|g| <= (p - 1)/2 + 3`` (:func:`reduction_bound`), a term
+    is below ``2**60`` for any ``p < 2**31`` (below ``2**58`` for the default
+    prime). The accumulator is reduced every :attr:`flush_every` parties, so
+    that it never exceeds ``2**62`` (``p`` left after a reduction plus that
+    many terms): its sum is then exact, and so is the float quotient that
+    reduces it (``_kernels._canonical``): every 16 parties with the default
+    prime, every 3 with ``2**31 - 1``.
 
     Parameters
     ----------
@@ -926,73 +923,57 @@ class StreamingDecoder:
     """
 
     def __init__(self, weights, p, precision):
-        self.p = p
+        self.p = int(p)
         # ldexp: 2.0 ** (-2 q) raises OverflowError for q below about -512
         self.scale = math.ldexp(1.0, -2 * int(precision))
-        w = centred(np.asarray(weights, dtype=np.int64), p)
-        g_max = reduction_bound(p)  # bound on a party block
-        room = 2**53 - p  # what reduce_inplace accepts
-        if g_max * ((p - 1) // 2) * 16 <= room:
-            self.limbs = [(w, 1.0)]
-            w_max = (p - 1) // 2
-        else:
-            w_hi = np.floor(w / 2.0**15 + 0.5)
-            self.limbs = [(w_hi, 2.0**15), (w - w_hi * 2.0**15, 1.0)]
-            w_max = max(int(np.abs(w_hi).max(initial=0)), 2**14)
-        # a flushed accumulator holds up to g_max more: one term less per flush
-        self.flush_every = max(1, room // (g_max * w_max) - 1)
+        self.weights = [int(w) for w in centred(np.asarray(weights, dtype=np.int64), p, np.int64)]
+        term = ((self.p - 1) // 2) * reduction_bound(self.p)
+        self.flush_every = max(1, (2**62 - self.p) // term)
 
-    def decode_block(self, fill, n_uploads, work):
-        """Decoded integer squared distances of one block (float64, a view of ``work["acc_hi"]``).
+    def accumulate(self, uploads, k, tile, symmetric, acc):
+        """``acc <- sum_j w_j G_j`` over the parties' tile ``k`` (int64, congruent mod p).
 
-        The integers ``||rint(2**q x_a) - rint(2**q x_b)||**2``, exact in
-        float64; :attr:`scale` (``4**-q``) turns them into real distances.
-
-        ``fill(k, g)`` writes party ``k``'s block, centred residues, into
-        ``g``; it is folded into the weighted sum at once, while in cache.
+        For a diagonal tile only the upper triangle of ``acc`` is written.
         """
-        p, pinv = self.p, 1.0 / self.p
-        accs = [work["acc_hi"], work["acc_lo"]][: len(self.limbs)]
-        tmp = work["tmp"]
-        for acc in accs:
-            acc.fill(0.0)
-        for k in range(n_uploads):
-            g = fill(k, work["g"])
-            for acc, (w, _) in zip(accs, self.limbs):
-                np.multiply(g, w[k], out=tmp)
-                acc += tmp
-            if (k + 1) % self.flush_every == 0:
-                for acc in accs:
-                    reduce_inplace(acc, p, pinv, tmp)
-        out = accs[0]
-        reduce_inplace(out, p, pinv, tmp)
-        if len(accs) == 2:
-            out *= self.limbs[0][1]
-            reduce_inplace(accs[1], p, pinv, tmp)
-            out += accs[1]
-            reduce_inplace(out, p, pinv, tmp)
-        canonical_inplace(out, p)
-        if np.any(out >= (p - 1) // 2):
+        from ._kernels import fold_tile
+
+        diagonal = _is_diagonal(tile, symmetric)
+        for j, w in enumerate(self.weights):
+            flush = (j + 1) % self.flush_every == 0
+            fold_tile(acc, uploads[j][k], w, diagonal, j == 0, self.p if flush else 0)
+        return acc
+
+    def _check(self, wrapped):
+        if wrapped:
             raise ArithmeticError(
                 "a decoded squared distance wrapped around modulo p: either the precision is "
                 "too high for this data or prime (the overflow guard should have refused it), "
                 "or the decoding weights come from fewer than 2*n_segments + 2*n_colluders - 1 "
                 "answering parties"
             )
+
+    def decode_block(self, acc, tile, symmetric, out):
+        """Decoded integer squared distances of one tile, as float64 in ``out``.
+
+        The integers ``||rint(2**q x_a) - rint(2**q x_b)||**2``, exact in
+        float64 (a diagonal tile mirrored, with a zero diagonal);
+        :attr:`scale` (``4**-q``) turns them into real distances.
+        """
+        from ._kernels import decoded_block
+
+        self._check(decoded_block(acc, self.p, _is_diagonal(tile, symmetric), out))
         return out
 
+    def decode_dense(self, acc, tile, symmetric, dense):
+        """Write the decoded tile, times :attr:`scale`, into the matrix ``dense`` (and mirror)."""
+        from ._kernels import decoded_dense
 
-def _unpack_tile(values, g, tile, symmetric, triangles):
-    """A party's tile (centred residues) as float64 in ``g`` (mirrored if diagonal)."""
-    if _is_diagonal(tile, symmetric):
-        k = g.shape[0]
-        upper = _upper_triangle(k, triangles)
-        g.fill(0.0)
-        g[upper] = values
-        g[upper[1], upper[0]] = values
-    else:
-        g[...] = values.reshape(g.shape)
-    return g
+        a0, _, b0, _ = tile
+        diagonal = _is_diagonal(tile, symmetric)
+        wrapped = decoded_dense(
+            acc, self.p, self.scale, dense, a0, b0, diagonal, symmetric and not diagonal
+        )
+        self._check(wrapped)
 
 
 def _check_tiles(received, tiles, symmetric):
@@ -1047,19 +1028,20 @@ def lcc_decode_tiles_step(
     _check_tiles(received, tiles, symmetric)
     uploads = received.list()
     decoder = StreamingDecoder(weights, p, precision)
-    scratch = _Scratch(("g", "tmp", "acc_hi", "acc_lo"))
-    triangles = {}
+    accumulators = _Scratch(("acc",), dtype=np.int64)
+    blocks = _Scratch(("block",))
     size = max(max(_tile_shape(t)) for t in tiles)
 
     def task(k, tile):
         a0, a1, b0, b1 = tile
-        work = scratch.get(size, _tile_shape(tile))
-
-        def fill(j, g):
-            return _unpack_tile(uploads[j][k], g, tile, symmetric, triangles)
-
-        block = decoder.decode_block(fill, len(uploads), work)
-        sink.add(tile, block, decoder.scale)
+        acc = accumulators.get(size, _tile_shape(tile))["acc"]
+        decoder.accumulate(uploads, k, tile, symmetric, acc)
+        if isinstance(sink, DenseSink):
+            # decoded, scaled and written (both triangles) in one pass
+            decoder.decode_dense(acc, tile, symmetric, sink.out)
+        else:
+            block = blocks.get(size, _tile_shape(tile))["block"]
+            sink.add(tile, decoder.decode_block(acc, tile, symmetric, block), decoder.scale)
         progress.tick(slice(a0, a1), slice(b0, b1))
 
     _run_blocks(task, list(enumerate(tiles)), n_jobs)

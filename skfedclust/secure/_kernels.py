@@ -1,0 +1,185 @@
+"""Compiled element-wise passes of the LCC distance round (numba).
+
+Every kernel here does, element by element, exactly the float64 or int64
+operations of the NumPy code it replaces (the same products, roundings and
+reductions, in the same order), so its results are bit-identical; it only
+fuses what NumPy would run as several passes over a block into one. The
+kernels release the GIL, so the block threads of :mod:`._lcc` keep both cores
+busy. This module is imported on first use: importing numba costs a fraction
+of a second that a process which never computes distances need not pay.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(nogil=True, cache=True)
+
+
+@_jit
+def _reduced(x, pf, pinv):
+    # the operations of _field.reduce_inplace, on one element
+    return x - pf * np.rint(x * pinv)
+
+
+@_jit
+def left_chunk(z, pf, factor, shift_factor, out, plain_col, shifted_col):
+    """Left operand columns from residues ``z`` (uint32 in ``[0, p)``), in one pass.
+
+    ``out[:, plain_col + j] = factor * centred(z[:, j]) mod p`` and, when
+    ``shift_factor`` is not 0, ``out[:, shifted_col + j]`` that times
+    ``shift_factor`` mod p: :func:`._field.centre_into` then
+    :func:`._field._mulmod_into` twice, on their float path (the caller
+    checks that every product is below ``2**52``).
+    """
+    pinv = 1.0 / pf
+    n, w = z.shape
+    for i in range(n):
+        for j in range(w):
+            c = _reduced(np.float64(z[i, j]), pf, pinv)
+            if factor != 1.0:
+                c = _reduced(c * factor, pf, pinv)
+            out[i, plain_col + j] = c
+            if shift_factor != 0.0:
+                out[i, shifted_col + j] = _reduced(c * shift_factor, pf, pinv)
+
+
+@_jit
+def right_chunk(z, pf, shift, out, hi_col, lo_col):
+    """Right operand columns from residues ``z``, in one pass.
+
+    The centred residue, cut into the limbs of :meth:`._field.ModularProduct.right_operand`
+    (``hi = rint(c * 2**-shift)``, ``lo = c - hi * 2**shift``) when ``shift``
+    is positive, else as it is at ``hi_col``.
+    """
+    pinv = 1.0 / pf
+    down = 2.0**-shift
+    up = 2.0**shift
+    n, w = z.shape
+    for i in range(n):
+        for j in range(w):
+            c = _reduced(np.float64(z[i, j]), pf, pinv)
+            if shift > 0:
+                hi = np.rint(c * down)
+                out[i, hi_col + j] = hi
+                out[i, lo_col + j] = c - hi * up
+            else:
+                out[i, hi_col + j] = c
+
+
+@_jit
+def tile_residues(x, pf, reduce, diagonal, out):
+    """A party's tile as the int32 message: ``x`` reduced (if asked), packed.
+
+    ``x`` holds the exact product (``|x| <= 2**53 - p``); the reduction is
+    :func:`._field.reduce_inplace`'s, so the residues are those the NumPy
+    code sends. A diagonal tile sends its strict upper triangle row by row
+    (the order of :func:`numpy.triu_indices`).
+    """
+    pinv = 1.0 / pf
+    n, m = x.shape
+    k = 0
+    for i in range(n):
+        start = i + 1 if diagonal else 0
+        for j in range(start, m):
+            v = x[i, j]
+            if reduce:
+                v = _reduced(v, pf, pinv)
+            out[k] = np.int32(v)
+            k += 1
+
+
+@_jit
+def fold_tile(acc, values, weight, diagonal, first, p):
+    """``acc += weight * values`` in int64 (``acc =`` when ``first``), then mod p if ``p``.
+
+    ``values`` is a party's tile as sent (centred int32 residues, the strict
+    upper triangle only for a diagonal tile, whose lower triangle of ``acc``
+    is left alone). The caller bounds the sum below ``2**62``.
+    """
+    n, m = acc.shape
+    k = 0
+    for i in range(n):
+        start = i + 1 if diagonal else 0
+        for j in range(start, m):
+            v = weight * np.int64(values[k])
+            if not first:
+                v += acc[i, j]
+            if p:
+                v = _canonical(v, p)
+            acc[i, j] = v
+            k += 1
+
+
+@_jit
+def _canonical(v, p):
+    # v mod p in [0, p) for |v| < 2**62, without an integer division: the
+    # float quotient is within 1 of the exact one (|v| / p < 2**32, and
+    # float64 rounds v and v / p to within 2**-20 of them), so one correction
+    # each way at most
+    q = np.int64(np.rint(np.float64(v) * (1.0 / np.float64(p))))
+    r = v - q * p
+    if r < 0:
+        r += p
+    if r < 0:
+        r += p
+    if r >= p:
+        r -= p
+    if r >= p:
+        r -= p
+    return r
+
+
+@_jit
+def decoded_dense(acc, p, scale, out, a0, b0, diagonal, mirror):
+    """Write the decoded tile ``acc mod p`` times ``scale`` into ``out``; whether any wrapped.
+
+    Rows ``a0:a0 + n`` and columns ``b0:b0 + m`` of ``out`` get the real
+    squared distances; a diagonal tile (``acc``'s upper triangle) is
+    mirrored with a zero diagonal, an off-diagonal one also written
+    transposed at ``(b0, a0)`` when ``mirror``. The transposed writes go
+    in bands of rows, so that both sides stay in cache.
+    """
+    n, m = acc.shape
+    limit = (p - 1) // 2
+    wrapped = False
+    band = 32
+    for i0 in range(0, n, band):
+        i1 = min(i0 + band, n)
+        for i in range(i0, i1):
+            if diagonal:
+                out[a0 + i, b0 + i] = 0.0
+            for j in range(i + 1 if diagonal else 0, m):
+                r = _canonical(acc[i, j], p)
+                if r >= limit:
+                    wrapped = True
+                out[a0 + i, b0 + j] = np.float64(r) * scale
+        if mirror or diagonal:
+            for j in range(m):
+                for i in range(i0, min(i1, j) if diagonal else i1):
+                    out[b0 + j, a0 + i] = out[a0 + i, b0 + j]
+    return wrapped
+
+
+@_jit
+def decoded_block(acc, p, diagonal, out):
+    """The decoded integers ``acc mod p`` as float64 in ``out``; whether any wrapped.
+
+    A diagonal tile is mirrored with a zero diagonal.
+    """
+    n, m = acc.shape
+    limit = (p - 1) // 2
+    wrapped = False
+    for i in range(n):
+        if diagonal:
+            out[i, i] = 0.0
+        for j in range(i + 1 if diagonal else 0, m):
+            r = _canonical(acc[i, j], p)
+            if r >= limit:
+                wrapped = True
+            v = np.float64(r)
+            out[i, j] = v
+            if diagonal:
+                out[j, i] = v
+    return wrapped
