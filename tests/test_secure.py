@@ -728,6 +728,26 @@ def test_decoder_accumulates_many_parties_exactly(p, diagonal):
         assert np.array_equal(out, out.T) and not np.diagonal(out).any()
 
 
+@pytest.mark.parametrize("p", [FAST_PRIME, DEFAULT_PRIME, MERSENNE])
+def test_shares_and_row_norms_are_the_exact_residues(p):
+    # the compiled encoding and norms against Python integers, at the field's extremes
+    l, t, m, w = 2, 2, 7, 5
+    rng = np.random.default_rng(p % 991)
+    residues = rng.integers(0, p, size=(6, l * w))
+    residues[0], residues[1] = p - 1, (p - 1) // 2 + 1
+    U = encoding_matrix(l, t, m, p)
+    shares = lcc_encode(residues, 4, encoding=U, n_segments=l, p=p)
+    noise = np.random.default_rng(4).integers(0, p, size=(t, 6, w), dtype=np.int64)
+    segments = [residues[:, o * w : (o + 1) * w] for o in range(l)] + list(noise)
+    for j in range(m):
+        exact = sum(int(U[o, j]) * seg.astype(object) for o, seg in enumerate(segments)) % p
+        assert shares.dtype == np.uint32 and np.array_equal(shares[j].astype(object), exact)
+    norms = _lcc.encoded_row_norms(shares[0], p)
+    exact = [sum(int(v) ** 2 for v in row) % p for row in shares[0]]
+    assert np.array_equal(norms, centred(np.asarray(exact, dtype=np.int64), p))
+    assert np.array_equal(norms, _lcc.encoded_row_norms(shares[0].astype(np.int64), p))
+
+
 def test_tiles_count_their_wire_size():
     # BLOCK_SIZE is 16 here: 40 rows make 3 tile rows
     n, n_query = 40, 7

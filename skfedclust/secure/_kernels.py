@@ -183,3 +183,44 @@ def decoded_block(acc, p, diagonal, out):
             if diagonal:
                 out[j, i] = v
     return wrapped
+
+
+@_jit
+def encode_shares(residues, n_segments, noise, encoding, p, out):
+    """``out[j] = sum_o encoding[o, j] * s_o mod p``, canonical (uint32).
+
+    The segments ``s_o`` are the ``n_segments`` column blocks of
+    ``residues`` (``(n, l w)``, in ``[0, p)``), then the ``noise`` segments
+    (``(t, n, w)``, in ``[0, p)``). Every partial sum is below ``p**2 <
+    2**62``, so each reduction is exact and the result is the canonical
+    residue of the exact sum, whatever the order of the reductions.
+    """
+    n_noise, n, w = noise.shape
+    m = encoding.shape[1]
+    for i in range(n):
+        for c in range(w):
+            for j in range(m):
+                acc = np.int64(0)
+                for o in range(n_segments):
+                    acc = _canonical(acc + residues[i, o * w + c] * encoding[o, j], p)
+                for o in range(n_noise):
+                    acc = _canonical(acc + noise[o, i, c] * encoding[n_segments + o, j], p)
+                out[j, i, c] = np.uint32(acc)
+
+
+@_jit
+def row_norms(z, p, out):
+    """Squared norms mod p of the rows of ``z`` (residues), centred to ``(-p/2, p/2]``.
+
+    Each square is reduced (``< p``) before the row sum, which stays below
+    ``2**62`` for rows of fewer than ``2**31`` columns.
+    """
+    n, w = z.shape
+    half = p // 2
+    for i in range(n):
+        s = np.int64(0)
+        for c in range(w):
+            v = np.int64(z[i, c])
+            s += _canonical(v * v, p)
+        r = _canonical(s, p)
+        out[i] = np.float64(r - p if r > half else r)

@@ -688,9 +688,18 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     n_noise = encoding.shape[0] - n_segments
     rng = np.random.default_rng(seed)
     noise = rng.integers(0, p, size=(n_noise, n_rows, width), dtype=np.int64)
+    shares = np.empty((encoding.shape[1], n_rows, width), dtype=np.uint32)
+    residues = np.asarray(residues, dtype=np.int64)
+    encoding = np.asarray(encoding, dtype=np.int64)
+    in_field = [np.all((a >= 0) & (a < p)) for a in (residues, encoding)]
+    if all(in_field) and residues.shape[1] == n_segments * width:
+        from ._kernels import encode_shares
+
+        # one compiled pass; the same canonical residues as the loop below
+        encode_shares(residues, n_segments, noise, encoding, p, shares)
+        return shares
     segments = [residues[:, o * width : (o + 1) * width] for o in range(n_segments)]
     segments += list(noise)
-    shares = np.empty((encoding.shape[1], n_rows, width), dtype=np.uint32)
     for j in range(encoding.shape[1]):
         acc = np.zeros((n_rows, width), dtype=np.int64)
         for o, seg in enumerate(segments):
@@ -724,6 +733,14 @@ ELEMENT_BYTES = np.dtype(np.uint32).itemsize
 
 def encoded_row_norms(shares, p):
     """Squared norms mod p of encoded rows, centred (the extra product columns)."""
+    shares = np.asarray(shares)
+    if shares.dtype == np.uint32 and shares.ndim == 2 and p < 2**31:
+        from ._kernels import row_norms
+
+        # one compiled pass; the same centred residues as below
+        out = np.empty(shares.shape[0])
+        row_norms(shares, p, out)
+        return out
     sq = np.asarray(shares, dtype=np.int64)
     sq = sq * sq % p
     return centred(sq.sum(axis=1) % p, p)
