@@ -123,14 +123,25 @@ def _pass_cases():
     far = X.copy()
     far[7] = 1e300
     yield far, X[:5], None
+    # Centers 1e-300 apart and a row at 1e10: scaled to the centers' frame the
+    # row would overflow; nearest_center takes over.
+    tiny = X * 1e-300
+    tiny[9] = 1e10
+    yield tiny, X[:5] * 1e-300, None
     # Centers that coincide: no frame of their own, nearest_center again.
     yield X, np.repeat(X[:1], 3, axis=0), None
 
 
-@pytest.mark.parametrize("case", range(6))
-def test_the_fused_pass_gives_the_statistics_of_nearest_center(case):
+@pytest.mark.parametrize("known_range", [False, True], ids=["checked", "column range"])
+@pytest.mark.parametrize("case", range(7))
+def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range):
     X, centers, previous = list(_pass_cases())[case]
-    labels, sums, counts, inertia, changed = fedkmeans.lloyd_pass(X, centers, previous)
+    # A client that knows its columns' range skips the per-value headroom
+    # check only when the range shows every row within it.
+    column_range = (X.min(axis=0), X.max(axis=0)) if known_range else None
+    labels, sums, counts, inertia, changed = fedkmeans.lloyd_pass(
+        X, centers, previous, column_range=column_range
+    )
     expected = nearest_center(X, centers)
     np.testing.assert_array_equal(labels, expected)
     k = len(centers)
@@ -166,7 +177,7 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     for kernel in (fedkmeans._lloyd_pass_loops, fedkmeans._lloyd_pass_compiled):
         out = (np.empty(len(X), dtype=np.intp), np.zeros((1, 4, 3)), np.zeros((1, 4), np.int64))
         squares = np.zeros((1, 4, 3))
-        changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 1)
+        changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 1, True)
         outputs.append((changed, *out, squares))
     for a, b in zip(*outputs):
         np.testing.assert_array_equal(a, b)
@@ -174,7 +185,9 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     # A row beyond the headroom of the centers' frame: handed over.
     X[5] = 1e300
     assert (
-        fedkmeans._lloyd_pass_compiled(X, centers, reference, factor, previous, *out, squares, 0, 1)
+        fedkmeans._lloyd_pass_compiled(
+            X, centers, reference, factor, previous, *out, squares, 0, 1, True
+        )
         < 0
     )
 
@@ -184,7 +197,6 @@ def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads):
     # 3.5 blocks of rows: each block adds its rows in order, then the blocks
     # are added in block order; the floats do not depend on the threads.
     block = fedkmeans._BLOCK
-    rng = np.random.RandomState(0)
     # Block b's rows spread over 1e4**b: adding the same rows in another order
     # (all in row order, or the blocks reversed) changes the floats, as the
     # end of the test checks. (No offset: rows near 1.7e9 would make every
