@@ -57,6 +57,7 @@ import math
 import numbers
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 
@@ -144,8 +145,12 @@ def shamir_combine(points):
 
 
 def _random_field_element(rng):
-    hi, lo = rng.integers(0, 2**63, size=2, dtype=np.int64)
-    return ((int(hi) << 64) | int(lo)) % MERSENNE_127
+    # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
+    return int.from_bytes(rng.bytes(16), "little") % MERSENNE_127
+
+
+#: ChaCha20's nonce (its counter starts at 0): every keystream has a key of its own.
+_NONCE = bytes(16)
 
 
 def keystream(key, domain, n, dtype=np.uint64):
@@ -154,11 +159,9 @@ def keystream(key, domain, n, dtype=np.uint64):
     A cryptographic keystream: without ``key`` the values are uniformly
     random, and seeing some of them tells nothing of the others.
     """
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-
     digest = hashlib.sha256(bytes(key) + b"|" + domain).digest()
     dtype = np.dtype(dtype)
-    encryptor = Cipher(algorithms.ChaCha20(digest, bytes(16)), mode=None).encryptor()
+    encryptor = Cipher(algorithms.ChaCha20(digest, _NONCE), mode=None).encryptor()
     return np.frombuffer(encryptor.update(bytes(n * dtype.itemsize)), dtype=dtype)
 
 
