@@ -159,7 +159,6 @@ PROFILED = [
     (_kernels, "tile_residues"),
     (ModularProduct, "left_operand_from_residues"),
     (ModularProduct, "right_operand_from_residues"),
-    (_lcc.StreamingDecoder, "accumulate"),
     (_lcc.StreamingDecoder, "decode_dense"),
     (_lcc, "lcc_encode"),
     (_lcc, "encoded_row_norms"),

@@ -699,6 +699,8 @@ def test_operands_from_residues_match_the_two_step_operands(p, width, factor):
 @pytest.mark.parametrize("p", [FAST_PRIME, DEFAULT_PRIME, MERSENNE])
 @pytest.mark.parametrize("diagonal", [False, True])
 def test_decoder_accumulates_many_parties_exactly(p, diagonal):
+    from skfedclust.secure._kernels import decode_tile
+
     # 40 parties: the int64 accumulator is reduced on the way (every 16 parties
     # for the default prime, every 3 for 2**31 - 1); the decoded residues are
     # the exact weighted sums mod p
@@ -714,14 +716,15 @@ def test_decoder_accumulates_many_parties_exactly(p, diagonal):
     decoder = _lcc.StreamingDecoder(weights, p, 0)
     assert decoder.flush_every == (2**62 - p) // (h * (h + 3))
     assert p == FAST_PRIME or decoder.flush_every < n_parties
-    uploads = [(t.astype(np.int32),) for t in tiles]
-    tile = (0, k, 0, k)
-    acc = decoder.accumulate(uploads, 0, tile, diagonal, np.empty((k, k), dtype=np.int64))
     exact = [sum(int(w) * int(t[e]) for w, t in zip(weights, tiles)) % p for e in range(size)]
+    # the kernel itself: most of these random sums are above (p - 1) / 2, which
+    # the decoder refuses as wrapped
     out = np.empty((k, k))
-    from skfedclust.secure._kernels import decoded_block
-
-    decoded_block(acc, p, diagonal, out)
+    messages = tuple(t.astype(np.int32) for t in tiles)
+    args = (decoder.weights, decoder.flush_every, p, 1.0, out, 0, 0, k, k, diagonal, False)
+    assert decode_tile(messages, *args)
+    with pytest.raises(ArithmeticError, match="wrapped"):
+        decoder.decode_block([(m,) for m in messages], 0, (0, k, 0, k), diagonal, out)
     got = out[np.triu_indices(k, 1)] if diagonal else out.ravel()
     assert np.array_equal(got.astype(np.int64), exact)
     if diagonal:

@@ -91,28 +91,6 @@ def tile_residues(x, pf, reduce, diagonal, out):
 
 
 @_jit
-def fold_tile(acc, values, weight, diagonal, first, p):
-    """``acc += weight * values`` in int64 (``acc =`` when ``first``), then mod p if ``p``.
-
-    ``values`` is a party's tile as sent (centred int32 residues, the strict
-    upper triangle only for a diagonal tile, whose lower triangle of ``acc``
-    is left alone). The caller bounds the sum below ``2**62``.
-    """
-    n, m = acc.shape
-    k = 0
-    for i in range(n):
-        start = i + 1 if diagonal else 0
-        for j in range(start, m):
-            v = weight * np.int64(values[k])
-            if not first:
-                v += acc[i, j]
-            if p:
-                v = _canonical(v, p)
-            acc[i, j] = v
-            k += 1
-
-
-@_jit
 def _canonical(v, p):
     # v mod p in [0, p) for |v| < 2**62, without an integer division: the
     # float quotient is within 1 of the exact one (|v| / p < 2**32, and
@@ -132,56 +110,56 @@ def _canonical(v, p):
 
 
 @_jit
-def decoded_dense(acc, p, scale, out, a0, b0, diagonal, mirror):
-    """Write the decoded tile ``acc mod p`` times ``scale`` into ``out``; whether any wrapped.
+def decode_tile(uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diagonal, mirror):
+    """Decode one tile from every party's message and write it; whether any value wrapped.
 
-    Rows ``a0:a0 + n`` and columns ``b0:b0 + m`` of ``out`` get the real
-    squared distances; a diagonal tile (``acc``'s upper triangle) is
-    mirrored with a zero diagonal, an off-diagonal one also written
-    transposed at ``(b0, a0)`` when ``mirror``. The transposed writes go
-    in bands of rows, so that both sides stay in cache.
+    ``uploads`` holds the answering parties' messages for the tile (centred
+    int32 residues, row by row; the strict upper triangle only for a
+    ``diagonal`` tile), ``weights`` their centred decoding weights (int64).
+    Row by row, ``sum_j w_j g_j`` is accumulated in int64 in a row buffer
+    that stays in cache, reduced every ``flush_every`` parties (the caller
+    bounds the sum below ``2**62``) and at the end to ``[0, p)``; the
+    decoded integer times ``scale`` goes to ``out[a0 + i, b0 + j]``. A
+    diagonal tile is mirrored with a zero diagonal; an off-diagonal one is
+    also written transposed at ``(b0, a0)`` when ``mirror``, in bands of
+    rows so that both sides stay in cache. A value at or above ``(p - 1) /
+    2`` has wrapped around (the caller raises).
     """
-    n, m = acc.shape
     limit = (p - 1) // 2
+    n_parties = len(uploads)
+    row = np.empty(m, dtype=np.int64)
     wrapped = False
     band = 32
+    offset = 0
     for i0 in range(0, n, band):
         i1 = min(i0 + band, n)
         for i in range(i0, i1):
+            start = i + 1 if diagonal else 0
+            width = m - start
+            for k in range(n_parties):
+                values = uploads[k]
+                w = weights[k]
+                if k == 0:
+                    for j in range(width):
+                        row[j] = w * np.int64(values[offset + j])
+                else:
+                    for j in range(width):
+                        row[j] += w * np.int64(values[offset + j])
+                if (k + 1) % flush_every == 0 and k + 1 < n_parties:
+                    for j in range(width):
+                        row[j] = _canonical(row[j], p)
+            offset += width
             if diagonal:
                 out[a0 + i, b0 + i] = 0.0
-            for j in range(i + 1 if diagonal else 0, m):
-                r = _canonical(acc[i, j], p)
+            for j in range(width):
+                r = _canonical(row[j], p)
                 if r >= limit:
                     wrapped = True
-                out[a0 + i, b0 + j] = np.float64(r) * scale
+                out[a0 + i, b0 + start + j] = np.float64(r) * scale
         if mirror or diagonal:
             for j in range(m):
                 for i in range(i0, min(i1, j) if diagonal else i1):
                     out[b0 + j, a0 + i] = out[a0 + i, b0 + j]
-    return wrapped
-
-
-@_jit
-def decoded_block(acc, p, diagonal, out):
-    """The decoded integers ``acc mod p`` as float64 in ``out``; whether any wrapped.
-
-    A diagonal tile is mirrored with a zero diagonal.
-    """
-    n, m = acc.shape
-    limit = (p - 1) // 2
-    wrapped = False
-    for i in range(n):
-        if diagonal:
-            out[i, i] = 0.0
-        for j in range(i + 1 if diagonal else 0, m):
-            r = _canonical(acc[i, j], p)
-            if r >= limit:
-                wrapped = True
-            v = np.float64(r)
-            out[i, j] = v
-            if diagonal:
-                out[j, i] = v
     return wrapped
 
 
@@ -191,20 +169,27 @@ def encode_shares(residues, n_segments, noise, encoding, p, out):
 
     The segments ``s_o`` are the ``n_segments`` column blocks of
     ``residues`` (``(n, l w)``, in ``[0, p)``), then the ``noise`` segments
-    (``(t, n, w)``, in ``[0, p)``). Every partial sum is below ``p**2 <
-    2**62``, so each reduction is exact and the result is the canonical
-    residue of the exact sum, whatever the order of the reductions.
+    (``(t, n, w)``, in ``[0, p)``). A product is below ``(p - 1)**2``; the
+    sum is reduced after as many products as keep it below ``2**62`` (four
+    with the default prime, one with ``2**31 - 1``), so every reduction is
+    exact and the result is the canonical residue of the exact sum, whatever
+    the order of the reductions.
     """
     n_noise, n, w = noise.shape
     m = encoding.shape[1]
+    per = max(1, (2**62 - p) // ((p - 1) * (p - 1)))
+    n_terms = n_segments + n_noise
     for i in range(n):
-        for c in range(w):
-            for j in range(m):
+        for j in range(m):
+            for c in range(w):
                 acc = np.int64(0)
-                for o in range(n_segments):
-                    acc = _canonical(acc + residues[i, o * w + c] * encoding[o, j], p)
-                for o in range(n_noise):
-                    acc = _canonical(acc + noise[o, i, c] * encoding[n_segments + o, j], p)
+                for o in range(n_terms):
+                    if o < n_segments:
+                        acc += residues[i, o * w + c] * encoding[o, j]
+                    else:
+                        acc += noise[o - n_segments, i, c] * encoding[o, j]
+                    if (o + 1) % per == 0 or o + 1 == n_terms:
+                        acc = _canonical(acc, p)
                 out[j, i, c] = np.uint32(acc)
 
 

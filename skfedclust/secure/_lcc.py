@@ -916,18 +916,19 @@ def lcc_query_tiles_step(data, inbox, state, party, *, tiles, p, querier, first,
 class StreamingDecoder:
     """Server side of the decoding, tile by tile.
 
-    The weighted sum ``sum_j w_j G_j`` of one tile is accumulated in int64,
-    one pass over each party's tile as it arrived (centred int32 residues,
-    only the strict upper triangle of a diagonal tile), and reduced to
-    ``[0, p)`` once at the end, in the pass that writes the decoded tile
-    out. Every term is exact: with centred weights ``|w_j| <= (p - 1)/2``
-    and residues ``|g| <= (p - 1)/2 + 3`` (:func:`reduction_bound`), a term
-    is below ``2**60`` for any ``p < 2**31`` (below ``2**58`` for the default
-    prime). The accumulator is reduced every :attr:`flush_every` parties, so
-    that it never exceeds ``2**62`` (``p`` left after a reduction plus that
-    many terms): its sum is then exact, and so is the float quotient that
-    reduces it (``_kernels._canonical``): every 16 parties with the default
-    prime, every 3 with ``2**31 - 1``.
+    The weighted sum ``sum_j w_j G_j`` of one tile is accumulated in int64
+    row by row, reading every party's tile as it arrived (centred int32
+    residues, only the strict upper triangle of a diagonal tile), and reduced
+    to ``[0, p)`` once at the end, in the same pass that writes the decoded
+    row out (``_kernels.decode_tile``). Every term is exact: with centred
+    weights ``|w_j| <= (p - 1)/2`` and residues ``|g| <= (p - 1)/2 + 3``
+    (:func:`reduction_bound`), a term is below ``2**60`` for any ``p <
+    2**31`` (below ``2**58`` for the default prime). The accumulator is
+    reduced every :attr:`flush_every` parties, so that it never exceeds
+    ``2**62`` (``p`` left after a reduction plus that many terms): its sum is
+    then exact in int64, and so is the float quotient that reduces it
+    (``_kernels._canonical``). That is a reduction every 16 parties with the
+    default prime, every 3 with ``2**31 - 1``.
 
     Parameters
     ----------
@@ -943,24 +944,29 @@ class StreamingDecoder:
         self.p = int(p)
         # ldexp: 2.0 ** (-2 q) raises OverflowError for q below about -512
         self.scale = math.ldexp(1.0, -2 * int(precision))
-        self.weights = [int(w) for w in centred(np.asarray(weights, dtype=np.int64), p, np.int64)]
+        self.weights = centred(np.asarray(weights, dtype=np.int64), p, np.int64)
         term = ((self.p - 1) // 2) * reduction_bound(self.p)
         self.flush_every = max(1, (2**62 - self.p) // term)
 
-    def accumulate(self, uploads, k, tile, symmetric, acc):
-        """``acc <- sum_j w_j G_j`` over the parties' tile ``k`` (int64, congruent mod p).
+    def _decode(self, uploads, k, tile, symmetric, out, a0, b0, scale, mirror):
+        from ._kernels import decode_tile
 
-        For a diagonal tile only the upper triangle of ``acc`` is written.
-        """
-        from ._kernels import fold_tile
-
-        diagonal = _is_diagonal(tile, symmetric)
-        for j, w in enumerate(self.weights):
-            flush = (j + 1) % self.flush_every == 0
-            fold_tile(acc, uploads[j][k], w, diagonal, j == 0, self.p if flush else 0)
-        return acc
-
-    def _check(self, wrapped):
+        messages = tuple(np.ascontiguousarray(u[k]) for u in uploads)
+        n, m = _tile_shape(tile)
+        wrapped = decode_tile(
+            messages,
+            self.weights,
+            self.flush_every,
+            self.p,
+            scale,
+            out,
+            a0,
+            b0,
+            n,
+            m,
+            _is_diagonal(tile, symmetric),
+            mirror,
+        )
         if wrapped:
             raise ArithmeticError(
                 "a decoded squared distance wrapped around modulo p: either the precision is "
@@ -969,28 +975,25 @@ class StreamingDecoder:
                 "answering parties"
             )
 
-    def decode_block(self, acc, tile, symmetric, out):
-        """Decoded integer squared distances of one tile, as float64 in ``out``.
+    def decode_block(self, uploads, k, tile, symmetric, out):
+        """Decoded integer squared distances of tile ``k``, as float64 in ``out``.
 
-        The integers ``||rint(2**q x_a) - rint(2**q x_b)||**2``, exact in
-        float64 (a diagonal tile mirrored, with a zero diagonal);
-        :attr:`scale` (``4**-q``) turns them into real distances.
+        ``uploads`` holds every answering party's message (its tiles, in the
+        order of the weights). The integers ``||rint(2**q x_a) - rint(2**q
+        x_b)||**2``, exact in float64 (a diagonal tile mirrored, with a zero
+        diagonal); :attr:`scale` (``4**-q``) turns them into real distances.
         """
-        from ._kernels import decoded_block
-
-        self._check(decoded_block(acc, self.p, _is_diagonal(tile, symmetric), out))
+        self._decode(uploads, k, tile, symmetric, out, 0, 0, 1.0, False)
         return out
 
-    def decode_dense(self, acc, tile, symmetric, dense):
-        """Write the decoded tile, times :attr:`scale`, into the matrix ``dense`` (and mirror)."""
-        from ._kernels import decoded_dense
+    def decode_dense(self, uploads, k, tile, symmetric, dense):
+        """Write decoded tile ``k``, times :attr:`scale`, into the matrix ``dense`` (mirrored).
 
+        In the same pass as the decoding: the tile is never held apart.
+        """
         a0, _, b0, _ = tile
-        diagonal = _is_diagonal(tile, symmetric)
-        wrapped = decoded_dense(
-            acc, self.p, self.scale, dense, a0, b0, diagonal, symmetric and not diagonal
-        )
-        self._check(wrapped)
+        mirror = symmetric and not _is_diagonal(tile, symmetric)
+        self._decode(uploads, k, tile, symmetric, dense, a0, b0, self.scale, mirror)
 
 
 def _check_tiles(received, tiles, symmetric):
@@ -1045,20 +1048,17 @@ def lcc_decode_tiles_step(
     _check_tiles(received, tiles, symmetric)
     uploads = received.list()
     decoder = StreamingDecoder(weights, p, precision)
-    accumulators = _Scratch(("acc",), dtype=np.int64)
     blocks = _Scratch(("block",))
     size = max(max(_tile_shape(t)) for t in tiles)
 
     def task(k, tile):
         a0, a1, b0, b1 = tile
-        acc = accumulators.get(size, _tile_shape(tile))["acc"]
-        decoder.accumulate(uploads, k, tile, symmetric, acc)
         if isinstance(sink, DenseSink):
             # decoded, scaled and written (both triangles) in one pass
-            decoder.decode_dense(acc, tile, symmetric, sink.out)
+            decoder.decode_dense(uploads, k, tile, symmetric, sink.out)
         else:
             block = blocks.get(size, _tile_shape(tile))["block"]
-            sink.add(tile, decoder.decode_block(acc, tile, symmetric, block), decoder.scale)
+            sink.add(tile, decoder.decode_block(uploads, k, tile, symmetric, block), decoder.scale)
         progress.tick(slice(a0, a1), slice(b0, b1))
 
     _run_blocks(task, list(enumerate(tiles)), n_jobs)
