@@ -99,7 +99,7 @@ def setup_bytes_up(n_clients, n_features):
 HISTOGRAM = F8 * 526 + 16
 
 
-def secure_setup(P, m, *, sums=True, distance=True):
+def secure_setup(P, m, *, sums=True, distance=True, rank_length=None):
     """Secure set-up: a public bound per statistic, then one secure sum of them all.
 
     Every secure sum costs a client its masked vector and its structure up, a 32-byte
@@ -109,7 +109,8 @@ def secure_setup(P, m, *, sums=True, distance=True):
     The summed vector is the feature sums (m floats) and the row count (one int64), and
     the pair-distance total (one float) and pair count (one int64); its structure is
     "tuple" (5 bytes) and 18 bytes per float leaf ("array", its length, "float"), 16 per
-    int leaf.
+    int leaf. With ``rank_length`` one more secure sum adds the clients' one-hot
+    dictionary sizes (``rank_length`` int64 and a 16-byte structure each).
     """
     deg = default_degree(P)
     n_bounds = int(sums) + int(distance)
@@ -119,6 +120,9 @@ def secure_setup(P, m, *, sums=True, distance=True):
     if distance:
         vector, structure = vector + 2 * F8, structure + 18 + 16
     n_sums = n_bounds + 1
+    if rank_length is not None:
+        n_sums += 1
+        vector, structure = vector + F8 * rank_length, structure + 16
     return {
         "up": P * (n_bounds * HISTOGRAM + vector + structure + n_sums * 32 * deg),
         "peer": 16 * P * deg // 2 + n_sums * P * 32 * deg,
@@ -131,19 +135,20 @@ def secure_setup(P, m, *, sums=True, distance=True):
 def iris_fit(iris_clients):
     """Default fit on iris, checked against the byte formulas of the protocol.
 
-    Set-up statistics by secure sums (:func:`secure_setup`) and a rank (one int
-    per client). Per round every client downloads Z and uploads Z_p (m d floats
-    each) with its objective (one float); then one more download of the final Z
-    and one upload of C_p (d n_p floats); the labels (n int32) and the bandwidth
-    (one float per client) come down too.
+    Set-up statistics and the one-hot dictionary sizes by secure sums
+    (:func:`secure_setup`; a size is at most the client's rows). Per round every
+    client downloads Z and uploads Z_p (m d floats each) with its objective (one
+    float); then one more download of the final Z and one upload of C_p (d n_p
+    floats); the labels (n int32) and the bandwidth (one float per client) come
+    down too.
     """
     clients, _ = iris_clients
     S, P, m, n = 20, 8, 4, 150
-    secure = secure_setup(P, m)
+    secure = secure_setup(P, m, rank_length=max(len(X_p) for X_p in clients) + 1)
 
     def up(rt):
         d = len(coefs(rt)[0])
-        return F8 * (S * P * (m * d + 1) + d * n) + secure["up"] + P * F8
+        return F8 * (S * P * (m * d + 1) + d * n) + secure["up"]
 
     def down(rt):
         d = len(coefs(rt)[0])
@@ -158,8 +163,8 @@ def iris_fit(iris_clients):
         bytes_down=down,
         bytes_peer=secure["peer"],
     )
-    # The aggregator's seeds and the ranks.
-    assert est.communication_["setup_rounds"] == 2
+    # The aggregator's seeds.
+    assert est.communication_["setup_rounds"] == 1
     return est, runtime
 
 
@@ -250,8 +255,10 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
         pooled_pair_bandwidth([pair_distance_statistic(X_p) for X_p in clients], n_samples=n),
         rel=1e-14,
     )
-    ranks = received(runtime, TAG_RANK)[0].list()
-    assert ranks == [n_components_auto(X_p, bandwidth=r) for X_p in clients]
+    # The dictionary size: the largest local rank, from a secure sum of one-hot ranks.
+    assert not received(runtime, TAG_RANK)
+    ranks = [n_components_auto(X_p, bandwidth=r) for X_p in clients]
+    assert len(set(ranks)) > 1
     assert est.n_components_ == max(ranks)
     # The first dictionary, drawn by the server from the sums it received.
     (_, inputs, public) = next(
@@ -344,7 +351,8 @@ def test_secure_and_clear_set_up_give_the_same_fit(iris_clients, offset):
         clear.dictionary_, secure.dictionary_, rtol=0, atol=1e-12 + 1e-15 * offset
     )
     np.testing.assert_array_equal(clear.labels_, secure.labels_)
-    assert secure.communication_["rounds"] == clear.communication_["rounds"] + 6
+    # Two rounds for each of the four secure sums: two bounds, the statistics, the ranks.
+    assert secure.communication_["rounds"] == clear.communication_["rounds"] + 8
 
 
 def _opened_uploads(runtime, which):
@@ -369,7 +377,7 @@ def test_the_server_cannot_see_one_clients_set_up_statistics(iris_clients):
     # ranks is masked uploads and unmasking messages only.
     assert not received(runtime, TAG_STATS)
     up_tags = {m.tag for m in runtime.ledger.messages if m.receiver == "server"}
-    assert up_tags == {TAG_SUM_UPLOAD, TAG_UNMASK, TAG_RANK, TAG_UPLOAD, TAG_COEF}
+    assert up_tags == {TAG_SUM_UPLOAD, TAG_UNMASK, TAG_UPLOAD, TAG_COEF}
     # The third sum adds the statistics (after the bounds on the rows and on the
     # distances): (feature sums, row count, distance total, pair count), encoded.
     opened = _opened_uploads(runtime, 2)
@@ -383,6 +391,18 @@ def test_the_server_cannot_see_one_clients_set_up_statistics(iris_clients):
     total = sum(opened.values())
     assert int(total[count]) == 150
     assert int(total[pairs]) == sum(len(X_p) * (len(X_p) - 1) for X_p in clients)
+    # The fourth sum adds the one-hot dictionary sizes: no client's is visible, the
+    # total counts the clients of each size.
+    opened = _opened_uploads(runtime, 3)
+    (_, _, public) = next(s for s in runtime.server_inputs if s[0] == "fedsc_hyperparameters")
+    r = pair_sum_bandwidth(*public["pair_sums"], n_samples=150)
+    ranks = [n_components_auto(X_p, bandwidth=r) for X_p in clients]
+    for c, rank in enumerate(ranks):
+        one_hot = np.zeros(len(opened[c]), dtype=np.uint64)
+        one_hot[rank] = 1
+        assert not np.array_equal(opened[c], one_hot)
+    total = sum(opened.values()).astype(np.int64)
+    np.testing.assert_array_equal(total, np.bincount(ranks, minlength=len(total)))
 
 
 def test_secure_set_up_sums_the_perturbed_rows_under_data_noise(iris_clients):

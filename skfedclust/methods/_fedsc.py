@@ -230,6 +230,27 @@ def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_sample
     return Reply(send=int(rank), keep={"bandwidth": bandwidth})
 
 
+def fedsc_rank_histogram(data, inbox, state, party, *, bandwidth, energy, max_samples, length):
+    """Client step of a secure sum: the dictionary-size rule as a one-hot count.
+
+    The rank of :func:`fedsc_local_rank`, sent as a vector of ``length``
+    zeros with a one at the rank: added up over the clients by a secure sum,
+    the server learns how many clients have each rank, not which client has
+    which, and takes the largest.
+    """
+    reply = fedsc_local_rank(
+        data, inbox, state, party, bandwidth=bandwidth, energy=energy, max_samples=max_samples
+    )
+    rank = int(reply.send)
+    if not 0 <= rank < length:
+        # A rank is at most the rows the rule reads (public: max_samples and
+        # the client sizes); anything else would not fit the public length.
+        raise ValueError(f"client {party.index}: rank {rank} outside [0, {length})")
+    counts = np.zeros(length, dtype=np.int64)
+    counts[rank] = 1
+    return Reply(send=counts, keep=reply.keep)
+
+
 def _bandwidth_of(inbox, state, bandwidth):
     if bandwidth is not None:
         return bandwidth
@@ -385,6 +406,12 @@ def fedsc_hyperparameters(
 def fedsc_dictionary_size(ranks):
     """Server step: the federated dictionary size, the largest of the clients' ranks."""
     return combine_n_components(ranks.list())
+
+
+def dictionary_size_of_histogram(counts):
+    """Server: the largest rank of a secure sum of one-hot ranks (how many clients per rank)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return combine_n_components(np.repeat(np.arange(len(counts)), counts))
 
 
 def fedsc_initial_dictionary(
@@ -621,8 +648,11 @@ class FedSpectralClustering(BaseFederatedClustering):
         ``bandwidth="federated"``) by secure aggregation
         (:class:`~skfedclust.secure.SumChannel`): the server learns the sums,
         who took part and the binary orders of the public bounds of the
-        fixed point, not a client's statistics. One set-up round and two
-        rounds per sum and per bound (six with both statistics). ``False``
+        fixed point, not a client's statistics. With ``n_components="auto"``
+        the clients' energy ranks go into a secure sum as one-hot vectors:
+        the server learns how many clients have each rank, not which. One
+        set-up round and two rounds per sum and per bound (eight with both
+        statistics and the ranks). ``False``
         sends every client's statistics to the server in one set-up
         exchange (for comparison); the fit is the same up to rounding. The
         pooled shortcut (``"pooled"`` bandwidth or dictionary size) uploads
@@ -1026,9 +1056,14 @@ class FedSpectralClustering(BaseFederatedClustering):
             if not len(stats):
                 stats = None
         feature_totals = pair_sums = None
+        # One sum channel (one key agreement) for every secure sum of the set-up.
+        secure_ranks = self.secure_aggregation and self.n_components == "auto" and not pooled
+        channel = (
+            SumChannel(runtime, secure=True, seed=seed_sums) if secure or secure_ranks else None
+        )
         if secure:
             feature_totals, pair_sums = self._secure_setup_sums(
-                runtime, seed_sums, send_sums, send_distance, max_samples
+                runtime, channel, send_sums, send_distance, max_samples
             )
         runtime.stage("server step: bandwidth and dictionary size")
         if isinstance(self.bandwidth, str) or self.n_components == "pooled":
@@ -1053,7 +1088,20 @@ class FedSpectralClustering(BaseFederatedClustering):
             runtime.broadcast(r, tag=TAG_BANDWIDTH)
         else:
             public_r = r
-        if self.n_components == "auto":
+        if secure_ranks:
+            runtime.stage("secure sum: how many clients have each local dictionary size")
+            length = int(min(max_samples, np.max(runtime.client_sizes))) + 1
+            counts, _ = channel.sum(
+                fedsc_rank_histogram,
+                tag=TAG_RANK,
+                bounds=[None],
+                bandwidth=public_r,
+                energy=self.energy,
+                max_samples=max_samples,
+                length=length,
+            )
+            d = dictionary_size_of_histogram(counts)
+        elif self.n_components == "auto":
             runtime.stage("client step: local dictionary sizes")
             ranks = runtime.run(
                 fedsc_local_rank,
@@ -1196,7 +1244,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         self._directions = _unit_rows(self._embed(self.coef_))
 
     @staticmethod
-    def _secure_setup_sums(runtime, seed, send_sums, send_distance, max_samples):
+    def _secure_setup_sums(runtime, channel, send_sums, send_distance, max_samples):
         """The set-up statistics summed over the clients by secure aggregation.
 
         A public bound per statistic first (the power of two above every
@@ -1205,7 +1253,6 @@ class FedSpectralClustering(BaseFederatedClustering):
         ``(feature_totals, pair_sums)``: ``(sums, row count)`` and
         ``(distance total, pair count)``, or None where not asked.
         """
-        channel = SumChannel(runtime, secure=True, seed=seed)
         largest = float(np.max(runtime.client_sizes))
         bounds = []
         if send_sums:
