@@ -747,17 +747,16 @@ def encoded_row_norms(shares, p):
 
 
 class _Scratch:
-    """Per-thread scratch blocks of at most ``size x size`` (float64 unless told)."""
+    """Per-thread float64 scratch blocks of at most ``size x size``."""
 
-    def __init__(self, keys, dtype=np.float64):
+    def __init__(self, keys):
         self.keys = keys
-        self.dtype = dtype
         self.local = threading.local()
 
     def get(self, size, shape):
         bufs = getattr(self.local, "bufs", None)
         if bufs is None or bufs[self.keys[0]].shape != (size, size):
-            bufs = {k: np.empty((size, size), dtype=self.dtype) for k in self.keys}
+            bufs = {k: np.empty((size, size)) for k in self.keys}
             self.local.bufs = bufs
         return {k: v[: shape[0], : shape[1]] for k, v in bufs.items()}
 
