@@ -816,20 +816,29 @@ def party_tiles(left, right, tiles, p, *, symmetric, n_threads=1):
     size = max((max(_tile_shape(t)) for t in tiles), default=1)
     out = [None] * len(tiles)
 
-    # the operands of every row and column block of this request, prepared once
-    lefts = {
-        (a0, a1): plan.left_operand_from_residues(Z_a[a0:a1], factor=-2, extra=[r_a[a0:a1], 1.0])
-        for a0, a1 in sorted({t[:2] for t in tiles})
-    }
-    rights = {
-        (b0, b1): plan.right_operand_from_residues(Z_b[b0:b1], extra=[1.0, r_b[b0:b1]])
-        for b0, b1 in sorted({t[2:] for t in tiles})
-    }
+    # the operands of every row and column block of this request, each built
+    # once, by the first tile task that needs it: on the tiles' threads rather
+    # than one after another before them
+    def build(side, start, stop):
+        if side == "left":
+            rows, norms = Z_a[start:stop], r_a[start:stop]
+            return plan.left_operand_from_residues(rows, factor=-2, extra=[norms, 1.0])
+        return plan.right_operand_from_residues(Z_b[start:stop], extra=[1.0, r_b[start:stop]])
+
+    operands = {}
+    locks = {("left", *t[:2]): threading.Lock() for t in tiles}
+    locks.update({("right", *t[2:]): threading.Lock() for t in tiles})
+
+    def operand(key):
+        with locks[key]:
+            if key not in operands:
+                operands[key] = build(*key)
+            return operands[key]
 
     def task(k, tile):
         a0, a1, b0, b1 = tile
         work = scratch.get(size, _tile_shape(tile))
-        lhs, rhs = lefts[a0, a1], rights[b0, b1]
+        lhs, rhs = operand(("left", a0, a1)), operand(("right", b0, b1))
         # the product's last reduction runs in the pass that packs the
         # message: |g| <= p/2 + 3 after it, a 32-bit residue as it is
         g = plan.product(lhs, rhs, work["g"], work["tmp"], work["tmp2"], reduce=False)
