@@ -751,6 +751,27 @@ def test_shares_and_row_norms_are_the_exact_residues(p):
     assert np.array_equal(norms, _lcc.encoded_row_norms(shares[0].astype(np.int64), p))
 
 
+def test_decoding_takes_read_only_and_writable_messages_alike():
+    # messages deserialized from bytes are read-only, in-process ones are not
+    p, k = DEFAULT_PRIME, 6
+    rng = np.random.default_rng(0)
+    weights = server_decoding_weights(range(7), 2, 2, p)
+    # the same tile from every party decodes to l = 2 times it: the decoding
+    # weights of l = 2 data points sum to 2
+    tiles = [rng.integers(0, 100, size=k * k).astype(np.int32)] * 7
+    decoder = _lcc.StreamingDecoder(weights, p, 0)
+    tile = (0, k, 0, k)
+    expected = decoder.decode_block([(t,) for t in tiles], 0, tile, False, np.empty((k, k)))
+    mixed = [
+        (np.frombuffer(t.tobytes(), dtype=np.int32),) if j % 2 else (t,)
+        for j, t in enumerate(tiles)
+    ]
+    assert not mixed[1][0].flags.writeable
+    got = decoder.decode_block(mixed, 0, tile, False, np.empty((k, k)))
+    assert np.array_equal(got, expected)
+    assert np.array_equal(got.ravel(), 2 * tiles[0])
+
+
 def test_tiles_count_their_wire_size():
     # BLOCK_SIZE is 16 here: 40 rows make 3 tile rows
     n, n_query = 40, 7

@@ -959,7 +959,7 @@ class StreamingDecoder:
     def _decode(self, uploads, k, tile, symmetric, out, a0, b0, scale, mirror):
         from ._kernels import decode_tile
 
-        messages = tuple(np.ascontiguousarray(u[k]) for u in uploads)
+        messages = tuple(_read_only(u[k]) for u in uploads)
         n, m = _tile_shape(tile)
         wrapped = decode_tile(
             messages,
@@ -1002,6 +1002,18 @@ class StreamingDecoder:
         a0, _, b0, _ = tile
         mirror = symmetric and not _is_diagonal(tile, symmetric)
         self._decode(uploads, k, tile, symmetric, dense, a0, b0, self.scale, mirror)
+
+
+def _read_only(values):
+    """A contiguous 1-D read-only view (a copy only if not contiguous).
+
+    The decoding kernel takes the parties' messages as one tuple: read-only
+    views give every party's message the same type, whether it arrived as
+    a read-only buffer (deserialized) or as a writable array (in-process).
+    """
+    view = np.ascontiguousarray(values).reshape(-1).view()
+    view.flags.writeable = False
+    return view
 
 
 def _check_tiles(received, tiles, symmetric):
