@@ -253,3 +253,14 @@ def test_a_dense_method_refuses_before_running_out_under_ulimit_v(monkeypatch):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("refused:"), result.stdout
     assert "300.0 MiB" in result.stdout
+
+
+def test_release_free_heap_trims_with_glibc_and_is_a_no_op_without(monkeypatch):
+    import skfedclust.clusterers._memory as memory
+
+    calls = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: calls.append)
+    memory.release_free_heap()
+    assert calls == [0]  # malloc_trim(0): every arena, no padding kept
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
+    assert memory.release_free_heap() is None

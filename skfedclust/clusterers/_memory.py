@@ -12,6 +12,9 @@ clear error instead.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import re
 
@@ -22,6 +25,7 @@ __all__ = [
     "InsufficientMemoryError",
     "available_memory",
     "check_dense_memory",
+    "release_free_heap",
 ]
 
 #: Environment variable that overrides the detected available memory (bytes).
@@ -35,6 +39,31 @@ class InsufficientMemoryError(MemoryError, ValueError):
     and a :class:`ValueError` (the input is too large for the method), so
     callers that handle either catch it.
     """
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return None
+
+
+def release_free_heap():
+    """Hand the C heap's free pages back to the operating system (glibc only).
+
+    Why: a streamed exchange allocates and frees messages of a megabyte or
+    more on several threads. glibc then raises its threshold for serving
+    allocations from fresh mappings and serves them from per-thread heaps,
+    whose freed pages stay with the process: at 20,000 rows the resident
+    memory of OmniFC's distance round grew from 1.2 to 1.7 GiB that way,
+    with nothing alive. ``malloc_trim(0)`` after each exchange returns those
+    pages without changing the process's allocator settings. Elsewhere a
+    no-op.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def available_memory():

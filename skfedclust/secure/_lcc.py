@@ -55,7 +55,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_info
 
-from ..clusterers._memory import check_dense_memory
+from ..clusterers._memory import check_dense_memory, release_free_heap
 from ..federation import Federation, InProcessRuntime, Received, Reply, logger, private_entropy
 from ..federation._runtime import _thread_controller
 from ._field import (
@@ -1365,8 +1365,10 @@ def streamed_exchange(
                     progress=progress,
                     **decode,
                 )
-                # this exchange's messages are decoded: free them
+                # this exchange's messages are decoded: free them, and the
+                # heap pages they leave behind
                 del received
+                release_free_heap()
             if not sink.another_pass():
                 break
             pass_ += 1
