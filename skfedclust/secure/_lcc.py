@@ -51,13 +51,13 @@ from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
-from joblib import Parallel, delayed, effective_n_jobs
+from joblib import effective_n_jobs
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_info
 
 from ..clusterers._memory import check_dense_memory, release_free_heap
 from ..federation import Federation, InProcessRuntime, Received, Reply, logger, private_entropy
-from ..federation._runtime import _thread_controller
+from ..federation._runtime import _thread_controller, thread_pool
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
@@ -1201,7 +1201,10 @@ def _run_blocks(task, tasks, n_jobs):
             for args in tasks:
                 task(*args)
             return
-        Parallel(n_jobs=n_workers, backend="threading")(delayed(task)(*a) for a in tasks)
+        # A long-lived pool: joblib's threading backend waits for its results
+        # in 10 ms sleeps, a few percent of a round of many exchanges.
+        for _ in thread_pool(n_workers).map(lambda arguments: task(*arguments), tasks):
+            pass
 
 
 #: Share of the decoded matrix's size that one exchange of a streamed upload
