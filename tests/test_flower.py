@@ -1836,3 +1836,12 @@ def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, 
     # system, so a data-less party's encoded distances differ, and D does not
     first, second = uploads[0], uploads[results[0][2]]
     assert first.shape == second.shape and not np.array_equal(first, second)
+
+
+def test_a_node_gives_its_steps_its_cores_or_its_n_threads():
+    from skfedclust.federation._runtime import threads_per_step
+    from skfedclust.flower._client import node_threads
+
+    assert node_threads({}) == threads_per_step(None) >= 1
+    assert node_threads({"n-threads": 3}) == 3
+    assert node_threads({"n-threads": 0}) == 1
