@@ -187,6 +187,37 @@ def test_client_work_is_single_threaded(backend):
         assert all(n == 1 for n in info), info
 
 
+@pytest.mark.parametrize(
+    "n_jobs, backend, pool, n_threads",
+    [
+        (None, None, "MainThread", "cores"),
+        (2, "threading", "skfedclust-client", 1),
+        (2, "loky", "MainThread", 1),  # a worker process's main thread
+    ],
+)
+def test_steps_run_on_the_persistent_pool_under_threads_and_get_their_share_of_cores(
+    n_jobs, backend, pool, n_threads
+):
+    from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+
+    from skfedclust.federation._runtime import threads_per_step
+
+    runtime = InProcessRuntime(_federation(n_clients=4), n_jobs=n_jobs)
+    with joblib.parallel_config(backend=backend or "threading"):
+        runtime.run(record_thread_name, tag="where")
+    names = _kept(runtime, "where")
+    assert all(name.startswith(pool) for name, _ in names), names
+    cores = _openmp_effective_n_threads()
+    expected = cores if n_threads == "cores" else max(1, cores // 2)
+    assert {threads for _, threads in names} == {expected} == {threads_per_step(n_jobs)}
+
+
+def record_thread_name(data, inbox, state, party):
+    import threading
+
+    return Reply(keep={"where": (threading.current_thread().name, party.n_threads)})
+
+
 def record_threads(data, inbox, state, party):
     from threadpoolctl import threadpool_info
 
