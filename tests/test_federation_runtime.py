@@ -371,3 +371,19 @@ def test_the_protocol_api_has_no_read_back_of_party_state():
 
     for name in ("gather_rows", "client_outputs", "private_states"):
         assert not hasattr(Runtime, name), name
+
+
+def test_consecutive_rows_reach_their_client_as_a_read_only_view_others_as_a_copy():
+    X = np.arange(24, dtype=float).reshape(12, 2)
+    fed = Federation(X, [np.arange(0, 5), np.arange(5, 12)])
+    shuffled = Federation(X, [np.array([0, 2, 4]), np.array([1, 3, 5])])
+    assert np.shares_memory(fed.client_data(1), fed.X)
+    assert not np.shares_memory(shuffled.client_data(0), shuffled.X)
+    np.testing.assert_array_equal(shuffled.client_data(0), X[[0, 2, 4]])
+    fed.spawn_seeds(np.random.RandomState(0))
+    runtime = InProcessRuntime(fed)
+    block = runtime._data(1)
+    np.testing.assert_array_equal(block, X[5:12])
+    assert not block.flags.writeable and fed.X.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        block[0, 0] = -1.0

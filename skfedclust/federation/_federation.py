@@ -75,10 +75,16 @@ class Federation:
         return np.array([len(c) for c in self.client_cols], dtype=np.intp)
 
     def client_data(self, i):
-        """Return the data held by client ``i`` (its rows, its columns)."""
+        """Return the data held by client ``i`` (its rows, its columns).
+
+        A client whose rows are one run of consecutive pooled rows (clients
+        given as a list of arrays) gets a view of them: no copy of every
+        client's data for the length of a fit.
+        """
         rows = self.client_rows[i]
         if self.client_cols is None:
-            return self.X[rows]
+            run = _consecutive(rows)
+            return self.X[run] if run is not None else self.X[rows]
         return self.X[np.ix_(rows, self.client_cols[i])]
 
     def clients_data(self):
@@ -115,3 +121,14 @@ class Federation:
             np.iinfo(np.int32).max, size=self.n_clients, dtype=np.int64
         )
         return self.seeds
+
+
+def _consecutive(rows):
+    """``slice(a, b)`` when ``rows`` is ``a, a + 1, ..., b - 1``, else None."""
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or rows.dtype.kind not in "iu" or not len(rows):
+        return None
+    start, stop = int(rows[0]), int(rows[-1]) + 1
+    if stop - start != len(rows) or np.any(np.diff(rows) != 1):
+        return None
+    return slice(start, stop)
