@@ -754,7 +754,7 @@ class FedSpectralClustering(BaseFederatedClustering):
     >>> est.n_clients_, est.n_components_, est.n_neighbors_
     (8, 7, 15)
     >>> est.communication_["rounds"], est.communication_["setup_rounds"]
-    (27, 2)
+    (29, 1)
     """
 
     _parameter_constraints: dict = {

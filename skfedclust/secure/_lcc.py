@@ -1174,19 +1174,19 @@ class _BlockProgress:
         self._lock = threading.Lock()
 
     def tick(self, ra, rb):
+        # Logged under the lock: the lines come in the order of their counts.
         with self._lock:
             self.done += 1
-            done = self.done
-        logger.debug(
-            "%s: block %d/%d (rows %d:%d x %d:%d)",
-            self.what,
-            done,
-            self.n_tasks,
-            ra.start,
-            ra.stop,
-            rb.start,
-            rb.stop,
-        )
+            logger.debug(
+                "%s: block %d/%d (rows %d:%d x %d:%d)",
+                self.what,
+                self.done,
+                self.n_tasks,
+                ra.start,
+                ra.stop,
+                rb.start,
+                rb.stop,
+            )
 
 
 def _run_blocks(task, tasks, n_jobs):
