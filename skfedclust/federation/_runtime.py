@@ -408,17 +408,17 @@ def threads_per_step(n_jobs):
 
 
 @functools.cache
-def thread_pool(n_workers):
-    """A long-lived pool of ``n_workers`` threads (one per size, made on first use)."""
-    return ThreadPoolExecutor(n_workers, thread_name_prefix="skfedclust")
+def thread_pool(n_workers, purpose=""):
+    """A long-lived pool of ``n_workers`` threads, one per size and purpose.
 
-
-@functools.cache
-def _client_threads(n_workers):
-    # One long-lived pool per size: joblib's threading backend takes about
-    # 10 ms per map of ten steps (its result polling), which dwarfs a client
-    # step of a millisecond when a protocol runs hundreds of small rounds.
-    return ThreadPoolExecutor(n_workers, thread_name_prefix="skfedclust-client")
+    Why not joblib's threading backend: it takes about 10 ms per map of ten
+    tasks (its result polling), which dwarfs a client step of a millisecond
+    when a protocol runs hundreds of small rounds. Client steps and the block
+    work inside them get pools of their own (``purpose``), so that a step
+    waiting for its blocks never holds a thread its blocks need.
+    """
+    prefix = "skfedclust" + (f"-{purpose}" if purpose else "")
+    return ThreadPoolExecutor(n_workers, thread_name_prefix=prefix)
 
 
 def _run_step_with_config(config, arguments):
@@ -438,10 +438,8 @@ def _map_steps(arguments, n_jobs):
     backend, _ = get_active_backend()
     if not isinstance(backend, ThreadingBackend):
         return Parallel(n_jobs=n_jobs)(delayed(_run_step)(*a) for a in arguments)
-    n_workers = min(effective_n_jobs(n_jobs), len(arguments))
-    config = get_config()
-    pool = _client_threads(n_workers)
-    return list(pool.map(functools.partial(_run_step_with_config, config), arguments))
+    pool = thread_pool(effective_n_jobs(n_jobs), "client")
+    return list(pool.map(functools.partial(_run_step_with_config, get_config()), arguments))
 
 
 class Runtime:
@@ -621,7 +619,6 @@ class InProcessRuntime(Runtime):
         self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
         self._data_blocks = {}
-        self._step_threads = 1
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, senders or None).
         #: It keeps no payload alive.
@@ -652,11 +649,9 @@ class InProcessRuntime(Runtime):
             self._data_blocks[c] = block
         return block
 
-    def _party(self, c):
+    def _party(self, c, n_threads=1):
         seed = int(self.seeds[c]) if c < self.n_clients else None
-        return Party(
-            c, seed, self._private_entropy, stream=(self._exchange,), n_threads=self._step_threads
-        )
+        return Party(c, seed, self._private_entropy, stream=(self._exchange,), n_threads=n_threads)
 
     def run(
         self,
@@ -717,7 +712,7 @@ class InProcessRuntime(Runtime):
         targets = self._targets(clients)
         self._exchange += 1
         # Before the single-thread limit of the map below, which the count reads.
-        self._step_threads = threads_per_step(self.n_jobs)
+        n_threads = threads_per_step(self.n_jobs)
         inboxes = []
         for c in targets:
             inboxes.append(self._inboxes[c])
@@ -729,7 +724,7 @@ class InProcessRuntime(Runtime):
                 self._data(c),
                 inbox,
                 self._states[c],
-                self._party(c),
+                self._party(c, n_threads),
                 {**public, **per_client.get(c, {})},
             )
             for c, inbox in zip(targets, inboxes)
