@@ -159,23 +159,52 @@ class Party:
         work: the party's share of its machine's cores (all of them when the
         runtime runs the parties one after another, one each when it runs
         them side by side). A step's results must not depend on it.
+    policy : NodePolicy, default=None
+        What the party agrees to do (its operator's node config on Flower);
+        ``None`` gives the default policy. Checks made inside client steps
+        (a secure sum's minimum of participants) read it.
 
     Attributes
     ----------
     rng : numpy.random.Generator
-        The party's private generator: masks, secret-sharing noise and
+        The party's private generator: secret-sharing noise and
         differential-privacy noise come from here, never from ``seed``.
+    policy : NodePolicy
+        The party's policy.
     """
 
-    __slots__ = ("index", "seed", "n_threads", "_entropy", "_stream", "_rng")
+    __slots__ = ("index", "seed", "n_threads", "policy", "_entropy", "_stream", "_rng", "_secret")
 
-    def __init__(self, index, seed=None, entropy=None, stream=(), n_threads=1):
+    def __init__(self, index, seed=None, entropy=None, stream=(), n_threads=1, policy=None):
+        from ._policy import NodePolicy
+
         self.index = int(index)
         self.n_threads = max(1, int(n_threads))
         self.seed = None if seed is None else int(seed)
+        self.policy = NodePolicy() if policy is None else policy
         self._entropy = entropy
         self._stream = tuple(int(s) for s in stream)
         self._rng = None
+        self._secret = None
+
+    def secret_bytes(self, n):
+        """``n`` bytes of key material from a cryptographic generator (ChaCha20).
+
+        Keyed by SHA-256 of the party's private entropy (the operating
+        system's on a node, a stream derived from ``random_state`` in a
+        simulation, so that a simulated fit stays reproducible), its index and
+        the step's stream. Mask seeds and Shamir coefficients come from here:
+        unlike :attr:`rng` (PCG64, a statistical generator), seeing some of
+        its output tells nothing of the rest.
+        """
+        if self._secret is None:
+            from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+            entropy = np.random.SeedSequence(self._entropy).entropy
+            material = f"secret|{entropy}|{self.index}|{self._stream}".encode()
+            key = hashlib.sha256(material).digest()
+            self._secret = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+        return self._secret.update(bytes(int(n)))
 
     @property
     def rng(self):
@@ -186,6 +215,14 @@ class Party:
             sequence = np.random.SeedSequence(self._entropy, spawn_key=(self.index, *self._stream))
             self._rng = np.random.Generator(np.random.PCG64(sequence))
         return self._rng
+
+    def __reduce__(self):
+        # A generator in use cannot be pickled; a copy starts its streams afresh
+        # (only before a step's first draw does a party cross a process boundary).
+        return (
+            Party,
+            (self.index, self.seed, self._entropy, self._stream, self.n_threads, self.policy),
+        )
 
     def __repr__(self):
         return f"Party(index={self.index}, seed={self.seed})"
