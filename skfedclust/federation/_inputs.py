@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: Number of IID clients simulated when ``partition=None`` and the input is pooled.
-DEFAULT_N_CLIENTS = 2
+DEFAULT_N_CLIENTS = 3
 
 #: Parameter constraints every estimator that takes the federated input forms shares.
 FEDERATED_PARAMETER_CONSTRAINTS: dict = {

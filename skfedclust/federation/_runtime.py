@@ -57,6 +57,7 @@ from threadpoolctl import ThreadpoolController
 from ._ledger import SERVER, Ledger
 
 __all__ = [
+    "Inbox",
     "InProcessRuntime",
     "Party",
     "Received",
@@ -258,6 +259,22 @@ class Reply:
         self.output = dict(output) if output else {}
 
 
+class Inbox(dict):
+    """The messages delivered to a party for its step: ``{tag: payload}``.
+
+    A server message is ``inbox[tag]``; peer messages are
+    ``inbox[tag][sender]``. ``server_tags`` names the tags the server sent, so
+    that a step can tell the server's (public, the same for every client it
+    broadcast to) messages from its peers'.
+    """
+
+    __slots__ = ("server_tags",)
+
+    def __init__(self, messages=(), server_tags=()):
+        super().__init__(messages)
+        self.server_tags = frozenset(server_tags)
+
+
 class Received(Mapping):
     """Messages one exchange delivered to the server, by sending client.
 
@@ -312,8 +329,45 @@ def client_step_name(step, allowed_modules=None):
             "run it by name"
         )
     name = f"{module}:{qualname}"
-    resolve_client_step(name, allowed_modules)
+    # The role is checked where the step is run, by the node.
+    resolve_client_step(name, allowed_modules, role="bound")
     return name
+
+
+#: Roles a client step may be run in, by what runs it: on its own (``"top"``),
+#: as the vector of a secure sum (``"summand"``), or inside a bound agreement,
+#: where only the binary order of its largest entry leaves the node
+#: (``"bound"``).
+_ROLES = ("top", "summand", "bound")
+
+
+def bound_only(step):
+    """Mark a client step that may run only inside a bound agreement.
+
+    Such a step sends row-level values (the rows themselves, their deviations
+    from a mean) that a bound agreement reduces to a histogram of binary
+    orders before anything leaves the node. A node refuses to run it on its
+    own or as the vector of a secure sum, whatever the coordinator asks.
+    """
+    step.__skfedclust_bound_only__ = True
+    return step
+
+
+def per_client_inputs(*tags):
+    """Declare the server messages a client step reads that differ from client to client.
+
+    A secure sum binds every server message its step reads into the masks'
+    keys, so that a server that sends one client other inputs than the rest
+    (other centers) gets noise. A message meant to differ between clients (a
+    client's own labels) is declared here, in the node's own code, not by the
+    server.
+    """
+
+    def mark(step):
+        step.__skfedclust_per_client__ = frozenset(tags)
+        return step
+
+    return mark
 
 
 @functools.lru_cache(maxsize=1024)
@@ -322,7 +376,7 @@ def _leading_parameters(function):
     return list(inspect.signature(function).parameters)[:4]
 
 
-def resolve_client_step(name, allowed_modules=None):
+def resolve_client_step(name, allowed_modules=None, role="top"):
     """The client step called ``name`` (``module:qualname``), if it may run here.
 
     Only module-level functions whose first parameters are ``data, inbox,
@@ -330,7 +384,8 @@ def resolve_client_step(name, allowed_modules=None):
     (default: the allow-list of the context, set by a Flower node while it
     runs a step; any module in a simulation). Anything else (a builtin, a
     class, a function of another package) is refused with a
-    :class:`PermissionError`.
+    :class:`PermissionError`, and so is a :func:`bound_only` step asked for in
+    any other ``role`` than ``"bound"``.
     """
     if allowed_modules is None:
         allowed_modules = _ALLOWED_STEP_MODULES.get()
@@ -358,6 +413,14 @@ def resolve_client_step(name, allowed_modules=None):
         raise PermissionError(
             f"{name!r} is not a client step: its parameters start with {params}, not "
             "(data, inbox, state, party)"
+        )
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {_ROLES}, got {role!r}")
+    if getattr(obj, "__skfedclust_bound_only__", False) and role != "bound":
+        raise PermissionError(
+            f"client step {name!r} sends row-level values and runs only inside a bound "
+            "agreement (which sends the binary order of its largest entry); refused as "
+            + ("a step of its own" if role == "top" else "the vector of a secure sum")
         )
     return obj
 
@@ -655,6 +718,7 @@ class InProcessRuntime(Runtime):
         )
         self._outputs = [{} for _ in range(self.n_parties)]
         self._inboxes = [{} for _ in range(self.n_parties)]
+        self._server_tags = [set() for _ in range(self.n_parties)]
         self._data_blocks = {}
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, senders or None).
@@ -746,14 +810,20 @@ class InProcessRuntime(Runtime):
                 f"client step {step!r} must be a module-level function, so that any runtime "
                 "(another process, another machine) can run it by name"
             )
+        if getattr(step, "__skfedclust_bound_only__", False):
+            raise PermissionError(
+                f"client step {step.__qualname__} runs only inside a bound agreement; a node "
+                "refuses it as a step of its own"
+            )
         targets = self._targets(clients)
         self._exchange += 1
         # Before the single-thread limit of the map below, which the count reads.
         n_threads = threads_per_step(self.n_jobs)
         inboxes = []
         for c in targets:
-            inboxes.append(self._inboxes[c])
+            inboxes.append(Inbox(self._inboxes[c], self._server_tags[c]))
             self._inboxes[c] = {}
+            self._server_tags[c] = set()
         per_client = per_client or {}
         arguments = (
             (
@@ -807,6 +877,7 @@ class InProcessRuntime(Runtime):
             c = int(c)
             self.ledger.record(payload, sender=SERVER, receiver=c, tag=tag)
             self._inboxes[c][tag] = payload
+            self._server_tags[c].add(tag)
         self.trace.append((phase, tag, "server send", None, None))
 
     # -- the user's side ------------------------------------------------------------

@@ -6,10 +6,13 @@ Each is a client step of the protocol runtime: ``step(data, inbox, state, party,
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..clusterers import nearest_center
 from ..federation import Reply
+from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
 #: Binary orders per range of the histogram that bounds the clients' inertias:
@@ -214,6 +217,15 @@ def secure_inertia(
         if a client's squared distances overflow float64.
     """
     seed = int(random_state.randint(np.iinfo(np.int32).max))
+    if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
+        warnings.warn(
+            f"inertia_ needs a secure sum of at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (with "
+            f"{runtime.n_clients} it would tell each client the others' inertia); it is nan. "
+            "score(X) gives the inertia of rows you hold.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return float("nan")
     aggregator = SecureAggregator(runtime, seed=seed)
     with runtime.evaluation():
         # The set-up exchange would consume the centers if they were sent first.

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
 from ..federation._inputs import input_form
+from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import thread_pool
 from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
@@ -1092,6 +1093,24 @@ class FederatedKMeans(
         if self.min_clients is not None and self.min_clients > runtime.n_clients:
             raise ValueError(
                 f"min_clients={self.min_clients} but there are {runtime.n_clients} clients"
+            )
+        sampled = max(math.ceil(self.client_fraction * runtime.n_clients), self.min_clients or 1)
+        if self.secure_aggregation and min(sampled, runtime.n_clients) < (
+            DEFAULT_MIN_SUM_PARTICIPANTS
+        ):
+            # Caught here, before any exchange: every node would refuse these
+            # sums (a sum of two tells each client the other's vector).
+            if sampled >= runtime.n_clients:
+                raise ValueError(
+                    f"secure sums need at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (nodes "
+                    f"refuse smaller ones); this federation has {runtime.n_clients}: use more "
+                    "clients, or secure_aggregation=False"
+                )
+            raise ValueError(
+                f"client_fraction={self.client_fraction} of {runtime.n_clients} clients takes "
+                f"{min(sampled, runtime.n_clients)} clients into each secure sum; nodes add "
+                f"at least {DEFAULT_MIN_SUM_PARTICIPANTS}: raise client_fraction or "
+                "min_clients, or use more clients"
             )
 
     def _sum_channel(self, runtime, random_state):

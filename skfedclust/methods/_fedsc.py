@@ -26,7 +26,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
-from ..federation import Reply
+from ..federation import Reply, bound_only
 from ..partition import IIDPartition
 from ..secure._accounting import NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
@@ -174,6 +174,7 @@ def fedsc_prepare(
     return Reply(send=send or None, keep=keep)
 
 
+@bound_only
 def fedsc_rows(data, inbox, state, party):
     """Client step for a public bound: the rows the client computes on.
 

@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import center_means, local_kmeans, nearest_center
 from ..clusterers._cpl import canonical_order, fine_grained_cpl, multi_granular_cpl
 from ..clusterers._remc import remc
-from ..federation import Reply
+from ..federation import Reply, per_client_inputs
 from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
 from ..secure import SumChannel, pooled_moments
@@ -117,6 +117,7 @@ def gold_inherit_labels(data, inbox, state, party):
     return Reply(output={"labels": global_labels[state["micro_labels"]]})
 
 
+@per_client_inputs("micro-cluster labels")
 def gold_labels_and_inertia(data, inbox, state, party, *, centers_tag):
     """Client step: inherit the labels (:func:`gold_inherit_labels`) and send the inertia.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..federation import Reply
+from ..federation import Reply, bound_only
 from ._secure_sum import SecureAggregator, SecureSumError, agree_bound, agree_column_bounds
 
 __all__ = ["SumChannel", "pooled_moments"]
@@ -28,11 +28,13 @@ _MARGIN = 2.0
 _WINDOW = 128
 
 
+@bound_only
 def moments_rows(data, inbox, state, party):
     """Client step for bound agreement: the rows themselves (only their largest ``|x|`` is used)."""
     return Reply(send=data)
 
 
+@bound_only
 def moments_deviations(data, inbox, state, party, *, mean):
     """Client step for bound agreement: the rows' deviations from the public ``mean``."""
     return Reply(send=data - np.asarray(mean))

@@ -52,6 +52,7 @@ silent wrap-around). Integer components are summed exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import numbers
@@ -60,6 +61,21 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
+from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ._sum_guard import (
+    RECORD,
+    OpenSum,
+    SumRefusal,
+    check_announcement,
+    check_statistic,
+    check_upload,
+    harary_neighbours_of,
+    open_sum_of,
+    public_digest,
+    record_of,
+    server_messages,
+    threshold_floor,
+)
 
 __all__ = [
     "MERSENNE_127",
@@ -85,6 +101,9 @@ TAG_SEEDS = "secure sum: pairwise seeds"
 TAG_UPLOAD = "secure sum: masked vectors"
 TAG_SURVIVORS = "secure sum: who uploaded"
 TAG_UNMASK = "secure sum: unmasking"
+TAG_ATTEST = "secure sum: announcement seen"
+#: The sum's own messages: not inputs of the summed step.
+_OWN_TAGS = frozenset({TAG_SEEDS, TAG_UPLOAD, TAG_SURVIVORS, TAG_UNMASK, TAG_ATTEST})
 
 
 class SecureSumError(RuntimeError):
@@ -276,28 +295,44 @@ def _encode(arrays, spec, shifts, n_clients, who):
     return flat.view(np.uint64)
 
 
-def _pair_key(seed, sum_index):
-    return hashlib.sha256(bytes(seed) + b"|pair|" + str(int(sum_index)).encode()).digest()
+def _pair_key(seed, sum_id, key_digest=b""):
+    # The sum's public inputs are part of the key: two neighbours told
+    # different inputs (different centers, participants or graph) mask with
+    # different keys, so their masks do not cancel and the server gets noise.
+    return hashlib.sha256(
+        bytes(seed) + b"|pair|" + str(int(sum_id)).encode() + b"|" + bytes(key_digest)
+    ).digest()
 
 
-def _pair_mask(seed, sum_index, n):
-    return keystream(_pair_key(seed, sum_index), b"pairwise mask", n)
+def _pair_mask(seed, sum_id, n, key_digest=b""):
+    return keystream(_pair_key(seed, sum_id, key_digest), b"pairwise mask", n)
 
 
 def _self_mask(seed_int, n):
     return keystream(int(seed_int).to_bytes(16, "little"), b"self mask", n)
 
 
-def secure_sum_seed_step(data, inbox, state, party, *, neighbours):
-    """Set-up client step: a fresh pairwise seed to every later neighbour (peer messages)."""
+def _seeds_key(graph_seed):
+    return f"secure sum: seeds of graph {int(graph_seed)}"
+
+
+def secure_sum_seed_step(data, inbox, state, party, *, graph):
+    """Set-up client step: a fresh pairwise seed to every later neighbour (peer messages).
+
+    The node computes its neighbours from the graph's public parameters
+    (``seed``, ``degree``, ``n_clients``); the seeds come from its
+    cryptographic generator.
+    """
     me = party.index
-    seeds = {j: party.rng.bytes(16) for j in neighbours[me] if j > me}
-    return Reply(to_peers=seeds, keep={"secure sum: seeds sent": seeds})
+    neighbours = harary_neighbours_of(
+        me, int(graph["n_clients"]), int(graph["degree"]), graph["seed"]
+    )
+    seeds = {j: party.secret_bytes(16) for j in neighbours if j > me}
+    return Reply(to_peers=seeds, keep={_seeds_key(graph["seed"]): seeds})
 
 
-def _pairwise_seeds(inbox, state):
-    seeds = dict(state.get("secure sum: seeds", {}))
-    seeds.update(state.get("secure sum: seeds sent", {}))
+def _pairwise_seeds(inbox, state, graph_seed):
+    seeds = dict(state.get(_seeds_key(graph_seed), {}))
     seeds.update({int(j): s for j, s in inbox.get(TAG_SEEDS, {}).items()})
     return seeds
 
@@ -310,9 +345,9 @@ def secure_sum_upload_step(
     *,
     inner,
     inner_public,
-    sum_index,
+    sum_id,
     participants,
-    neighbours,
+    graph,
     threshold,
     shifts,
     n_clients,
@@ -321,14 +356,40 @@ def secure_sum_upload_step(
 
     ``inner`` names a client step (``module:function``) whose ``send`` is the
     vector (an array, or a tuple of arrays) to add up; what it keeps and
-    outputs is kept and output as usual.
+    outputs is kept and output as usual. Before anything is computed the node
+    checks the request against its rules (:mod:`skfedclust.secure._sum_guard`):
+    enough participants, its own neighbours and threshold floor derived from
+    the graph's public parameters, a fresh sum id, a statistic it has not
+    added before.
     """
     from ..federation._runtime import resolve_client_step
 
     me = party.index
-    seeds = _pairwise_seeds(inbox, state)
-    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
-    keep = {**reply.keep, "secure sum: seeds": seeds}
+    record = record_of(state)
+    participants, mine = check_upload(
+        record,
+        party,
+        sum_id=sum_id,
+        participants=participants,
+        graph=graph,
+        threshold=threshold,
+        n_clients=n_clients,
+    )
+    summand = resolve_client_step(inner, role="summand")
+    messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
+    # The inputs the step reads: its public constants and the server's
+    # messages now in its inbox, else those of the node's previous sum (a
+    # second sum over what an earlier one kept, such as the centers).
+    inputs = public_digest(messages) if messages else record.inputs
+    statistic = public_digest(inner, inner_public, shifts, inputs)
+    check_statistic(record, statistic)
+    key_digest = public_digest(statistic, participants, graph, int(threshold), int(sum_id))
+    seeds = _pairwise_seeds(inbox, state, graph["seed"])
+    missing = [j for j in mine if j not in seeds]
+    if missing:
+        raise SecureSumError(f"client {me} holds no pairwise seed with its neighbours {missing}")
+    reply = summand(data, inbox, state, party, **inner_public)
+    keep = {**reply.keep, _seeds_key(graph["seed"]): seeds}
     if reply.send is None:
         return Reply(keep=keep, output=reply.output)
     arrays, spec = _structure(reply.send)
@@ -337,84 +398,186 @@ def secure_sum_upload_step(
     vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
     n = vector.size
     masked = vector.copy()
-    active = set(participants)
-    for j in neighbours[me]:
-        if j not in active:
-            continue
-        mask = _pair_mask(seeds[j], sum_index, n)
+    for j in mine:
+        mask = _pair_mask(seeds[j], sum_id, n, key_digest)
         if j > me:
             masked += mask
         else:
             masked -= mask
-    mine = [j for j in neighbours[me] if j in active]
-    if not mine and len(active) > 1:
-        # No neighbour takes part: no pairwise mask, and nobody could hold a
-        # share of a self mask, so the vector would go up in the clear. The
-        # check is the client's own, whatever the server asks.
-        raise SecureSumError(
-            f"client {me} has no neighbour among the {len(active)} clients of this sum: its "
-            "vector would reach the server unmasked; refusing to upload"
-        )
-    self_seed = int.from_bytes(party.rng.bytes(16), "little") >> (128 - _SEED_BITS)
-    # Alone in the sum (its only term), a client adds no self mask: the server
-    # learns the sum, which is its vector, whatever it does.
-    if mine:
-        masked += _self_mask(self_seed, n)
-    shares = (
-        shamir_split(self_seed, len(mine), min(threshold, len(mine)), party.rng) if mine else []
-    )
+    self_seed = int.from_bytes(party.secret_bytes(16), "little") >> (128 - _SEED_BITS)
+    masked += _self_mask(self_seed, n)
+    shares = shamir_split(self_seed, len(mine), int(threshold), _SecretCoefficients(party))
     to_peers = {
-        j: np.array([sum_index, k + 1, share >> 64, share & (2**64 - 1)], dtype=np.uint64)
+        j: np.array([sum_id, k + 1, share >> 64, share & (2**64 - 1)], dtype=np.uint64)
         for k, (j, share) in enumerate(zip(mine, shares))
     }
+    keep[RECORD] = record.replace(
+        last_id=int(sum_id),
+        open=OpenSum(
+            int(sum_id), key_digest, participants, mine, int(threshold), int(graph["seed"])
+        ),
+        statistics=record.statistics | {statistic},
+        inputs=inputs,
+    )
     return Reply(send=(masked, spec), keep=keep, to_peers=to_peers, output=reply.output)
 
 
-def secure_sum_unmask_step(data, inbox, state, party, *, sum_index, neighbours):
-    """Client step: reveal survivors' self-mask shares and dropped neighbours' pair keys.
+def _per_client_tags(step, public):
+    """Server messages ``step`` (or the step it wraps, by name) declares as per client."""
+    from ..federation._runtime import resolve_client_step
 
-    Who uploaded and who dropped is the server's announcement (a message). An
-    honest client never reveals both for one neighbour in one sum, and
-    reveals a self-mask share only of a neighbour whose share it received.
+    tags = set(getattr(step, "__skfedclust_per_client__", ()))
+    wrapped = public.get("inner") if isinstance(public, dict) else None
+    if isinstance(wrapped, str):
+        tags |= getattr(
+            resolve_client_step(wrapped, role="bound"), "__skfedclust_per_client__", set()
+        )
+    return frozenset(tags)
+
+
+class _SecretCoefficients:
+    """The party's cryptographic generator, as :func:`shamir_split` draws from it."""
+
+    def __init__(self, party):
+        self.party = party
+
+    def bytes(self, n):
+        return self.party.secret_bytes(n)
+
+
+def _received_shares(current, inbox):
+    """The self-mask shares of this sum that neighbours sent this node: {neighbour: row}."""
+    shares = dict(current.shares)
+    for j, share in inbox.get(TAG_UPLOAD, {}).items():
+        share = np.asarray(share, dtype=np.uint64)
+        if int(share[0]) != current.sum_id:
+            raise SecureSumError(f"client {j}'s share belongs to another sum")
+        shares[int(j)] = tuple(int(v) for v in share[1:4])
+    return shares
+
+
+def _announcement(inbox):
+    announced = inbox[TAG_SURVIVORS]
+    return announced["survivors"], announced["dropped"]
+
+
+def secure_sum_attest_step(data, inbox, state, party):
+    """Client step of a sum with dropouts: tell each surviving neighbour what was announced.
+
+    The node checks the announcement, binds itself to it (it will unmask by
+    this one and no other) and sends each surviving neighbour a digest of it
+    as a peer message, sealed and authenticated on a deployment: the server
+    cannot forge one. Before it reveals any pair key, a node counts the
+    neighbours that attested the same announcement (Bonawitz et al.'s
+    consistency check, between neighbours as in Bell et al.).
     """
     me = party.index
-    announced = inbox[TAG_SURVIVORS]
-    survivors = {int(c) for c in np.asarray(announced["survivors"]).ravel()}
-    dropped = {int(c) for c in np.asarray(announced["dropped"]).ravel()}
-    if survivors & dropped:
-        raise SecureSumError(
-            f"the server announced clients {sorted(survivors & dropped)} as both uploaded "
-            "and dropped; refusing to unmask"
-        )
-    received = inbox.get(TAG_UPLOAD, {})
-    seeds = dict(state.get("secure sum: seeds", {}))
-    b_shares, pair_keys = [], []
-    for j in neighbours[me]:
-        if j in survivors and j in received:
-            share = np.asarray(received[j], dtype=np.uint64)
-            if int(share[0]) != sum_index:
-                raise SecureSumError(f"client {j}'s share belongs to another sum")
-            b_shares.append([j, int(share[1]), int(share[2]), int(share[3])])
-        elif j in dropped:
-            if j in received:
-                raise SecureSumError(
-                    f"client {j} is announced as dropped but its share of this sum reached "
-                    "this client: refusing to reveal its pairwise key"
+    record = record_of(state)
+    current = open_sum_of(record, ("uploaded",), "attesting an announcement")
+    survivors, dropped = check_announcement(
+        current, me, *_announcement(inbox), party.policy.min_sum_participants
+    )
+    seen = public_digest(current.sum_id, survivors, dropped)
+    shares = _received_shares(current, inbox)
+    attested = dataclasses.replace(
+        current,
+        stage="attested",
+        shares=tuple(sorted(shares.items())),
+        announcement=seen,
+        survivors=tuple(survivors),
+        dropped=tuple(dropped),
+    )
+    words = np.frombuffer(seen, dtype=np.uint64)
+    to_peers = {
+        j: np.concatenate([[np.uint64(current.sum_id)], words])
+        for j in current.neighbours
+        if j in set(survivors)
+    }
+    return Reply(to_peers=to_peers, keep={RECORD: record.replace(open=attested)})
+
+
+def secure_sum_unmask_step(data, inbox, state, party):
+    """Client step: reveal survivors' self-mask shares and dropped neighbours' pair keys.
+
+    Who uploaded and who dropped is the server's announcement. The node
+    unmasks only the sum it uploaded to, once; for a single announcement;
+    never both kinds of mask material for one neighbour; pair keys only
+    against ``threshold`` matching attestations of its surviving neighbours.
+    """
+    me = party.index
+    record = record_of(state)
+    current = open_sum_of(record, ("uploaded", "attested"), "unmasking")
+    minimum = party.policy.min_sum_participants
+    if current.stage == "attested":
+        if TAG_SURVIVORS in inbox:
+            survivors, dropped = check_announcement(current, me, *_announcement(inbox), minimum)
+            if public_digest(current.sum_id, survivors, dropped) != current.announcement:
+                raise SumRefusal(
+                    "consistent-view",
+                    "the announcement to unmask differs from the one this node attested",
                 )
-            key = np.frombuffer(_pair_key(seeds[j], sum_index), dtype=np.uint64)
+        survivors, dropped = list(current.survivors), list(current.dropped)
+    else:
+        survivors, dropped = check_announcement(current, me, *_announcement(inbox), minimum)
+        if dropped:
+            raise SumRefusal(
+                "stage",
+                f"clients {dropped} announced as dropped without the attestation round: pair "
+                "keys are revealed only against the surviving neighbours' attestations",
+            )
+    shares = _received_shares(current, inbox)
+    if dropped:
+        _check_attestations(current, inbox, survivors)
+    seeds = dict(state.get(_seeds_key(current.graph_seed), {}))
+    b_shares, pair_keys = [], []
+    survivors, dropped = set(survivors), set(dropped)
+    for j in current.neighbours:
+        if j in survivors and j in shares:
+            b_shares.append([j, *shares[j]])
+        elif j in dropped:
+            if j in shares:
+                raise SumRefusal(
+                    "stage",
+                    f"client {j} is announced as dropped but its share of this sum reached "
+                    "this client: refusing to reveal its pairwise key",
+                )
+            key = np.frombuffer(_pair_key(seeds[j], current.sum_id, current.key_digest), np.uint64)
             pair_keys.append([j, *key.tolist()])
     return Reply(
         send=(
             np.array(b_shares, dtype=np.uint64).reshape(-1, 4),
             np.array(pair_keys, dtype=np.uint64).reshape(-1, 5),
-        )
+        ),
+        keep={RECORD: record.replace(open=None)},
     )
+
+
+def _check_attestations(current, inbox, survivors):
+    """At least ``threshold`` surviving neighbours attested this node's announcement."""
+    expected = np.frombuffer(current.announcement, dtype=np.uint64)
+    matching = 0
+    for j, message in inbox.get(TAG_ATTEST, {}).items():
+        message = np.asarray(message, dtype=np.uint64).ravel()
+        if (
+            int(j) in current.neighbours
+            and int(j) in set(survivors)
+            and message.size == expected.size + 1
+            and int(message[0]) == current.sum_id
+            and np.array_equal(message[1:], expected)
+        ):
+            matching += 1
+    if matching < current.threshold:
+        raise SumRefusal(
+            "consistent-view",
+            f"{matching} surviving neighbours attested this node's announcement; revealing "
+            f"pair keys needs {current.threshold} (the threshold)",
+        )
 
 
 # --------------------------------------------------------------------------- #
 # Server side
 # --------------------------------------------------------------------------- #
-def unmask_sum(uploads, reveals, *, sum_index, neighbours, participants, threshold):
+def unmask_sum(uploads, reveals, *, sum_id, neighbours, participants, threshold):
     """Server step: the sum of the survivors' vectors from masked uploads and reveals.
 
     Returns
@@ -443,10 +606,7 @@ def unmask_sum(uploads, reveals, *, sum_index, neighbours, participants, thresho
             keys[(int(row[0]), j)] = np.array(row[1:], dtype=np.uint64).tobytes()
     participants = set(participants)
     for c in survivors:
-        active = [j for j in neighbours[c] if j in participants]
-        needed = min(threshold, len(active))
-        if needed == 0:
-            continue
+        needed = threshold
         if len(shares[c]) < needed:
             raise SecureSumError(
                 f"only {len(shares[c])} of client {c}'s neighbours revealed its self-mask "
@@ -530,19 +690,53 @@ class SecureAggregator:
     def __init__(self, runtime, *, seed, degree=None, threshold=None):
         self.runtime = runtime
         n = runtime.n_clients
+        if n < DEFAULT_MIN_SUM_PARTICIPANTS:
+            raise ValueError(
+                f"secure sums need at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (a sum of two "
+                f"tells each client the other's vector; nodes refuse it); this federation has "
+                f"{n}: use more clients, or switch the estimator's secure sums off where it "
+                "offers it (secure_aggregation=False)"
+            )
         self.degree = default_degree(n) if degree is None else int(degree)
         if not 0 <= self.degree <= max(n - 1, 0):
             raise ValueError(f"degree={degree} must be in [0, n_clients - 1 = {n - 1}]")
-        self.neighbours = harary_neighbours(n, self.degree, int(seed))
+        self.seed = int(seed)
+        self.neighbours = harary_neighbours(n, self.degree, self.seed)
         full = min(len(nb) for nb in self.neighbours) if n > 1 else 0
-        self.threshold = full // 2 + 1 if threshold is None else int(threshold)
-        if not 1 <= self.threshold <= max(full, 1):
+        if threshold is not None and not 1 <= int(threshold) <= max(full, 1):
             raise ValueError(
                 f"threshold={threshold} must be between 1 and the number of neighbours "
                 f"of a client ({full})"
             )
+        self._requested_threshold = None if threshold is None else int(threshold)
+        self.threshold = self._threshold(list(range(n))) if n > 1 else 1
         self.n_sums = 0
         self._set_up = False
+
+    @property
+    def graph(self):
+        """The graph's public parameters, from which each node derives its own neighbours."""
+        return {"seed": self.seed, "degree": self.degree, "n_clients": self.runtime.n_clients}
+
+    def _threshold(self, participants):
+        """The sum's threshold: the request, raised to every participant's floor.
+
+        Each node refuses a threshold below a strict majority of its
+        participating neighbours (and below ``min-sum-participants - 1``); the
+        server asks for one that every participant accepts, or stops here.
+        """
+        active = set(participants)
+        degrees = [sum(j in active for j in self.neighbours[c]) for c in participants]
+        floor = max(threshold_floor(d, DEFAULT_MIN_SUM_PARTICIPANTS) for d in degrees)
+        threshold = max(floor, self._requested_threshold or 0)
+        if min(degrees) < threshold:
+            raise SecureSumError(
+                f"a client of this secure sum has {min(degrees)} participating neighbours on the "
+                f"degree-{self.degree} graph, fewer than the threshold {threshold} its nodes "
+                "require: take part with more clients, or build the aggregator with a larger "
+                "degree"
+            )
+        return threshold
 
     def setup(self):
         """Agree on the pairwise seeds now (one set-up exchange; later calls do nothing).
@@ -555,9 +749,7 @@ class SecureAggregator:
         if self._set_up:
             return
         self.runtime.stage("secure sum: pairwise seeds between neighbours (set-up)")
-        self.runtime.run(
-            secure_sum_seed_step, tag=TAG_SEEDS, setup=True, neighbours=self.neighbours
-        )
+        self.runtime.run(secure_sum_seed_step, tag=TAG_SEEDS, setup=True, graph=self.graph)
         self._set_up = True
 
     def sum(self, step, *, tag, bounds=None, clients=None, **public):
@@ -592,15 +784,16 @@ class SecureAggregator:
         self.setup()
         runtime = self.runtime
         participants = list(range(runtime.n_clients)) if clients is None else sorted(clients)
-        active = set(participants)
-        lonely = [c for c in participants if not active.intersection(self.neighbours[c])]
-        if lonely and len(participants) > 1:
+        if len(participants) < DEFAULT_MIN_SUM_PARTICIPANTS:
             raise SecureSumError(
-                f"clients {lonely} have no neighbour among the clients of the secure sum "
-                f"{tag!r} on the degree-{self.degree} graph: their vectors could not be masked; "
-                "take part with more clients, or build the aggregator with a larger degree"
+                f"the secure sum {tag!r} would add {len(participants)} clients; nodes refuse "
+                f"sums of fewer than {DEFAULT_MIN_SUM_PARTICIPANTS} (a sum of two tells each "
+                "the other's vector): run it with more clients"
             )
-        sum_index = self.n_sums
+        threshold = self._threshold(participants)
+        # A fresh id for every sum of the fit, increasing over the fit (each
+        # node refuses one that does not): the runtime's next exchange.
+        sum_id = max(self.n_sums, getattr(runtime, "_exchange", -1) + 1)
         self.n_sums += 1
         shifts = None
         if bounds is not None:
@@ -622,10 +815,10 @@ class SecureAggregator:
             may_drop=True,
             inner=client_step_name(step),
             inner_public=public,
-            sum_index=sum_index,
+            sum_id=sum_id,
             participants=participants,
-            neighbours=self.neighbours,
-            threshold=self.threshold,
+            graph=self.graph,
+            threshold=threshold,
             shifts=shifts,
             n_clients=len(participants),
         )
@@ -651,24 +844,28 @@ class SecureAggregator:
                 "dropped": np.array(dropped, dtype=np.int64),
             },
             tag=TAG_SURVIVORS,
+            clients=survivors,
         )
+        if dropped:
+            # Nodes reveal pair keys only against their neighbours' attestations
+            # of one announcement: one more round, only when someone dropped.
+            runtime.stage(f"secure sum {tag!r}: survivors attest the announcement")
+            runtime.run(secure_sum_attest_step, tag=TAG_ATTEST, clients=survivors, may_drop=True)
         runtime.stage(f"secure sum {tag!r}: unmasking ({len(dropped)} dropped)")
         reveals = runtime.run(
             secure_sum_unmask_step,
             tag=TAG_UNMASK,
             clients=survivors,
             may_drop=True,
-            sum_index=sum_index,
-            neighbours=self.neighbours,
         )
         total, spec = runtime.server(
             unmask_sum,
             uploads,
             reveals,
-            sum_index=sum_index,
+            sum_id=sum_id,
             neighbours=self.neighbours,
             participants=participants,
-            threshold=self.threshold,
+            threshold=threshold,
         )
         return decode_sum(total, spec, shifts), survivors
 
@@ -689,7 +886,7 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     """
     from ..federation._runtime import resolve_client_step
 
-    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
+    reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     largest = float(values.max()) if values.size else 0.0
     if not np.isfinite(largest):
@@ -773,7 +970,7 @@ def column_exponent_histogram_step(
     """
     from ..federation._runtime import resolve_client_step
 
-    reply = resolve_client_step(inner)(data, inbox, state, party, **inner_public)
+    reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     values = values.reshape(-1, values.shape[-1]) if values.ndim else values.reshape(1, 1)
     largest = values.max(axis=0) if values.shape[0] else np.zeros(values.shape[1])

@@ -1,0 +1,269 @@
+"""What a node checks before it takes part in a secure sum, and what it remembers of it.
+
+The coordinator of a secure sum may be malicious (Bonawitz et al., CCS 2017,
+active model): it chooses who takes part, the communication graph, the
+threshold, the public inputs of the summed step, and it announces who
+uploaded. None of these is taken on trust. Each node derives its neighbours
+and the threshold floor from the sum's public parameters itself, refuses a
+sum that breaks one of its rules, and keeps, for the whole fit, a typed
+record of the sums it took part in: which sum is open, at which stage, which
+announcement it attested, and the inputs of every sum it joined. A refusal is
+a :class:`SumRefusal` (a :class:`PermissionError`) naming its rule.
+
+The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
+
+``min-sum-participants``
+    A sum adds at least the node policy's minimum of clients (3 by default).
+``threshold-floor``
+    The self-mask threshold ``t`` is at least ``min-sum-participants - 1`` and
+    a strict majority of the node's participating neighbours, and the node has
+    at least ``t`` participating neighbours (it never shares its self mask
+    with a lower threshold than asked).
+``fresh-sum``
+    Sum ids strictly increase over the fit: a mask key is never used twice.
+``one-sum-per-input``
+    A node adds the same statistic (step, public inputs, server messages it
+    reads) at most once per fit, whoever takes part: the sum over everyone and
+    the sum over everyone but one would give away that one's vector.
+``stage``
+    Unmasking follows the node's own upload of that sum, once; announcing
+    dropouts needs the attestation round first, and the announcement unmasked
+    is the one attested.
+``consistent-view``
+    Pair keys (for clients announced as dropped) are revealed only when at
+    least ``t`` surviving neighbours attested the same announcement through
+    sealed peer messages, which the server cannot forge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import numbers
+
+import numpy as np
+
+__all__ = ["OpenSum", "SumRecord", "SumRefusal", "harary_neighbours_of", "public_digest"]
+
+#: Where a node keeps its record in its private state.
+RECORD = "secure sum: record"
+
+
+class SumRefusal(PermissionError):
+    """A node refuses a secure-sum request that breaks one of its rules.
+
+    Attributes
+    ----------
+    rule : str
+        The name of the rule (see the module docstring).
+    """
+
+    def __init__(self, rule, message):
+        super().__init__(f"refused by rule {rule!r}: {message}")
+        self.rule = rule
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenSum:
+    """The sum a node has uploaded to and not yet unmasked."""
+
+    sum_id: int
+    key_digest: bytes
+    participants: tuple
+    neighbours: tuple
+    threshold: int
+    graph_seed: int
+    stage: str = "uploaded"
+    shares: tuple = ()
+    announcement: bytes = b""
+    survivors: tuple = ()
+    dropped: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SumRecord:
+    """A node's record of its secure sums over one fit (kept in its private state)."""
+
+    last_id: int = -1
+    open: OpenSum | None = None
+    statistics: frozenset = frozenset()
+    inputs: bytes = b""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def record_of(state):
+    record = state.get(RECORD)
+    return SumRecord() if record is None else record
+
+
+# --------------------------------------------------------------------------- #
+# Digests of public values
+# --------------------------------------------------------------------------- #
+def _feed(h, obj):
+    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+        array = np.ascontiguousarray(obj)
+        h.update(b"a" + array.dtype.str.encode() + repr(array.shape).encode())
+        h.update(array.tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"d%d" % len(obj))
+        for key in sorted(obj, key=repr):
+            _feed(h, key)
+            _feed(h, obj[key])
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"l%d" % len(obj))
+        for item in obj:
+            _feed(h, item)
+    elif obj is None or isinstance(obj, (bool, numbers.Number, str, bytes)):
+        h.update(b"s" + repr(obj).encode())
+    else:
+        raise TypeError(f"a secure sum's public input of type {type(obj).__name__} has no digest")
+
+
+def public_digest(*objects):
+    """SHA-256 of public values (arrays, numbers, strings, lists and dicts of them)."""
+    h = hashlib.sha256(b"skfedclust secure sum")
+    for obj in objects:
+        _feed(h, obj)
+    return h.digest()
+
+
+def server_messages(inbox, own_tags):
+    """The server's messages in ``inbox`` (not peer messages, not the sum's own)."""
+    server_tags = getattr(inbox, "server_tags", None)
+    if server_tags is None:
+        # A plain dict: peer messages are {sender: payload} under their tag.
+        server_tags = {
+            tag
+            for tag, value in inbox.items()
+            if not (isinstance(value, dict) and value and all(isinstance(k, int) for k in value))
+        }
+    return {tag: inbox[tag] for tag in sorted(server_tags) if tag not in own_tags and tag in inbox}
+
+
+# --------------------------------------------------------------------------- #
+# The graph, from public parameters
+# --------------------------------------------------------------------------- #
+def harary_neighbours_of(client, n_clients, degree, seed):
+    """The neighbours of one client on the graph of :func:`harary_neighbours`.
+
+    A node computes its own neighbours from the graph's public parameters; it
+    needs no list of the whole graph from the server.
+    """
+    if degree >= n_clients - 1:
+        return [j for j in range(n_clients) if j != client]
+    order = np.random.RandomState(seed).permutation(n_clients)
+    p = int(np.flatnonzero(order == client)[0])
+    half = degree // 2
+    return sorted({int(order[(p + s) % n_clients]) for s in range(-half, half + 1) if s})
+
+
+def threshold_floor(n_neighbours, min_participants):
+    """The smallest threshold a node accepts with ``n_neighbours`` participating neighbours."""
+    return max(int(min_participants) - 1, n_neighbours // 2 + 1)
+
+
+# --------------------------------------------------------------------------- #
+# The node's checks
+# --------------------------------------------------------------------------- #
+def _int_list(values, what):
+    try:
+        out = [int(v) for v in np.asarray(values).ravel()]
+    except (TypeError, ValueError) as exc:
+        raise SumRefusal("well-formed", f"{what} is not a list of client numbers") from exc
+    return out
+
+
+def check_upload(record, party, *, sum_id, participants, graph, threshold, n_clients):
+    """The node's checks before it uploads to a sum; its participating neighbours.
+
+    Returns
+    -------
+    participants : tuple of int
+    neighbours : tuple of int
+        The node's neighbours among the participants.
+    """
+    me = party.index
+    minimum = party.policy.min_sum_participants
+    participants = _int_list(participants, "the participants")
+    if sorted(set(participants)) != participants:
+        raise SumRefusal("well-formed", "the participants are not distinct and sorted")
+    n_roster = int(graph["n_clients"])
+    if not participants or participants[0] < 0 or participants[-1] >= n_roster:
+        raise SumRefusal("well-formed", f"participants outside the roster of {n_roster} clients")
+    if me not in participants:
+        raise SumRefusal("well-formed", f"client {me} is not among the participants")
+    if len(participants) < minimum:
+        raise SumRefusal(
+            "min-sum-participants",
+            f"a sum of {len(participants)} clients; this node's policy adds at least "
+            f"{minimum} (min-sum-participants): a smaller sum gives its vector away",
+        )
+    if int(n_clients) != len(participants):
+        raise SumRefusal("well-formed", "the fixed-point encoding is not for the participants")
+    if int(sum_id) <= record.last_id:
+        raise SumRefusal(
+            "fresh-sum",
+            f"sum {sum_id} does not follow sum {record.last_id}: a mask key would be reused",
+        )
+    active = set(participants)
+    degree = int(graph["degree"])
+    if not 0 < degree < n_roster:
+        raise SumRefusal("well-formed", f"graph degree {degree} on {n_roster} clients")
+    mine = tuple(
+        j for j in harary_neighbours_of(me, n_roster, degree, int(graph["seed"])) if j in active
+    )
+    floor = threshold_floor(len(mine), minimum)
+    if int(threshold) < floor:
+        raise SumRefusal(
+            "threshold-floor",
+            f"threshold {threshold} with {len(mine)} participating neighbours; this node "
+            f"shares its self mask with a threshold of at least {floor}",
+        )
+    if len(mine) < int(threshold):
+        raise SumRefusal(
+            "threshold-floor",
+            f"client {me} has {len(mine)} participating neighbours, fewer than the threshold "
+            f"{threshold}: its vector could not be masked as the sum requires",
+        )
+    return tuple(participants), mine
+
+
+def check_statistic(record, statistic):
+    if statistic in record.statistics:
+        raise SumRefusal(
+            "one-sum-per-input",
+            "this node already added this statistic with these public inputs in this fit; "
+            "a second sum over other clients would give away the difference",
+        )
+
+
+def open_sum_of(record, stage_names, what):
+    current = record.open
+    if current is None:
+        raise SumRefusal("stage", f"{what} without an open sum of this node (none, or done)")
+    if current.stage not in stage_names:
+        raise SumRefusal("stage", f"{what} at stage {current.stage!r} of sum {current.sum_id}")
+    return current
+
+
+def check_announcement(current, me, survivors, dropped, minimum):
+    survivors = set(_int_list(survivors, "the survivors"))
+    dropped = set(_int_list(dropped, "the dropped clients"))
+    if survivors & dropped:
+        raise SumRefusal(
+            "well-formed",
+            f"clients {sorted(survivors & dropped)} announced as both uploaded and dropped",
+        )
+    if survivors | dropped != set(current.participants):
+        raise SumRefusal("well-formed", "the announcement does not cover the sum's participants")
+    if me not in survivors:
+        raise SumRefusal("well-formed", f"client {me} is announced as dropped")
+    if len(survivors) < minimum:
+        raise SumRefusal(
+            "min-sum-participants",
+            f"{len(survivors)} clients announced as uploaded; this node unmasks sums of at "
+            f"least {minimum}",
+        )
+    return sorted(survivors), sorted(dropped)
