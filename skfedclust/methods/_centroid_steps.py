@@ -218,14 +218,7 @@ def secure_inertia(
     """
     seed = int(random_state.randint(np.iinfo(np.int32).max))
     if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
-        warnings.warn(
-            f"inertia_ needs a secure sum of at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (with "
-            f"{runtime.n_clients} it would tell each client the others' inertia); it is nan. "
-            "score(X) gives the inertia of rows you hold.",
-            UserWarning,
-            stacklevel=3,
-        )
-        return float("nan")
+        return _labels_without_inertia(runtime, centers, centers_tag, step, messages, public)
     aggregator = SecureAggregator(runtime, seed=seed)
     with runtime.evaluation():
         # The set-up exchange would consume the centers if they were sent first.
@@ -250,6 +243,39 @@ def secure_inertia(
             centers_tag=centers_tag,
         )
     return float("inf") if overflowed[0] else float(total[0])
+
+
+def labels_only_step(data, inbox, state, party, *, inner, inner_public):
+    """Client step: what ``inner`` keeps and outputs (the client's labels), sending nothing."""
+    from ..federation._runtime import resolve_client_step
+
+    reply = resolve_client_step(inner, role="summand")(data, inbox, state, party, **inner_public)
+    return Reply(keep=reply.keep, output=reply.output)
+
+
+def _labels_without_inertia(runtime, centers, centers_tag, step, messages, public):
+    """Fewer clients than a secure sum takes: the clients label their rows; no inertia."""
+    from ..federation._runtime import client_step_name
+
+    warnings.warn(
+        f"inertia_ needs a secure sum of at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (with "
+        f"{runtime.n_clients} it would tell each client the others' inertia); it is nan. "
+        "score(X) gives the inertia of rows you hold.",
+        UserWarning,
+        stacklevel=4,
+    )
+    runtime.broadcast(centers, tag=centers_tag)
+    for tag, payloads in (messages or {}).items():
+        runtime.send(payloads, tag=tag)
+    runtime.stage("client step: labels (no inertia: too few clients for a secure sum)")
+    with runtime.evaluation():
+        runtime.run(
+            labels_only_step,
+            tag="labels",
+            inner=client_step_name(step),
+            inner_public={"centers_tag": centers_tag, **public},
+        )
+    return float("nan")
 
 
 def secure_inertia_communication(n_clients):

@@ -1424,7 +1424,8 @@ class FederatedKMeans(
         """Minus the inertia of ``X``'s rows, added up by a federated sum.
 
         Each holder of rows adds the squared distances of its rows to their
-        nearest center (a secure sum when ``secure_aggregation``, with a
+        nearest center (a secure sum when ``secure_aggregation`` and at least
+        three holders, with a
         public bound agreed as in the fit). For a pooled ``X`` this is minus
         the inertia, like :meth:`sklearn.cluster.KMeans.score`.
 
@@ -1459,7 +1460,10 @@ class FederatedKMeans(
             return self._score(runtime)
 
     def _score(self, runtime):
-        adder = SumChannel(runtime, secure=self.secure_aggregation, seed=0)
+        # Rows of one or two holders: the caller holds them all (a pooled X) or
+        # a sum would tell each the other's; they are added in the clear.
+        secure = self.secure_aggregation and runtime.n_clients >= DEFAULT_MIN_SUM_PARTICIPANTS
+        adder = SumChannel(runtime, secure=secure, seed=0)
         clients = list(range(runtime.n_clients))
         # The model's centers are public to the holders of X's rows.
         centers = self.cluster_centers_

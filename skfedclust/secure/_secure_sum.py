@@ -67,9 +67,11 @@ from ._sum_guard import (
     OpenSum,
     SumRefusal,
     check_announcement,
+    check_repeat_survivors,
     check_statistic,
     check_upload,
     harary_neighbours_of,
+    joined,
     open_sum_of,
     public_digest,
     record_of,
@@ -382,7 +384,7 @@ def secure_sum_upload_step(
     # second sum over what an earlier one kept, such as the centers).
     inputs = public_digest(messages) if messages else record.inputs
     statistic = public_digest(inner, inner_public, shifts, inputs)
-    check_statistic(record, statistic)
+    check_statistic(record, statistic, participants)
     key_digest = public_digest(statistic, participants, graph, int(threshold), int(sum_id))
     seeds = _pairwise_seeds(inbox, state, graph["seed"])
     missing = [j for j in mine if j not in seeds]
@@ -414,9 +416,15 @@ def secure_sum_upload_step(
     keep[RECORD] = record.replace(
         last_id=int(sum_id),
         open=OpenSum(
-            int(sum_id), key_digest, participants, mine, int(threshold), int(graph["seed"])
+            int(sum_id),
+            key_digest,
+            participants,
+            mine,
+            int(threshold),
+            int(graph["seed"]),
+            statistic=statistic,
         ),
-        statistics=record.statistics | {statistic},
+        statistics=joined(record, statistic, participants),
         inputs=inputs,
     )
     return Reply(send=(masked, spec), keep=keep, to_peers=to_peers, output=reply.output)
@@ -548,7 +556,11 @@ def secure_sum_unmask_step(data, inbox, state, party):
             np.array(b_shares, dtype=np.uint64).reshape(-1, 4),
             np.array(pair_keys, dtype=np.uint64).reshape(-1, 5),
         ),
-        keep={RECORD: record.replace(open=None)},
+        keep={
+            RECORD: record.replace(
+                open=None, statistics=check_repeat_survivors(record, current, sorted(survivors))
+            )
+        },
     )
 
 

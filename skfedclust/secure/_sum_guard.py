@@ -23,8 +23,10 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
     Sum ids strictly increase over the fit: a mask key is never used twice.
 ``one-sum-per-input``
     A node adds the same statistic (step, public inputs, server messages it
-    reads) at most once per fit, whoever takes part: the sum over everyone and
-    the sum over everyone but one would give away that one's vector.
+    reads) over one set of clients per fit: the sum over everyone and the sum
+    over everyone but one would give away that one's vector. A repeat (a
+    fixed point of an iteration sends the same centers again) must have the
+    same participants and end with the same survivors, so it tells nothing new.
 ``stage``
     Unmasking follows the node's own upload of that sum, once; announcing
     dropouts needs the attestation round first, and the announcement unmasked
@@ -78,6 +80,7 @@ class OpenSum:
     announcement: bytes = b""
     survivors: tuple = ()
     dropped: tuple = ()
+    statistic: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,8 @@ class SumRecord:
 
     last_id: int = -1
     open: OpenSum | None = None
-    statistics: frozenset = frozenset()
+    #: {statistic digest: (participants, survivors or None)} of every sum joined.
+    statistics: dict = dataclasses.field(default_factory=dict)
     inputs: bytes = b""
 
     def replace(self, **changes):
@@ -230,13 +234,36 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
     return tuple(participants), mine
 
 
-def check_statistic(record, statistic):
-    if statistic in record.statistics:
+def check_statistic(record, statistic, participants):
+    seen = record.statistics.get(statistic)
+    if seen is not None and tuple(seen[0]) != tuple(participants):
         raise SumRefusal(
             "one-sum-per-input",
-            "this node already added this statistic with these public inputs in this fit; "
-            "a second sum over other clients would give away the difference",
+            "this node already added this statistic with these public inputs in this fit, "
+            "over other clients; a second sum over other clients would give away the "
+            "difference",
         )
+
+
+def joined(record, statistic, participants):
+    """The record's statistics with one more sum joined (survivors known at unmasking)."""
+    statistics = dict(record.statistics)
+    statistics.setdefault(statistic, (tuple(participants), None))
+    return statistics
+
+
+def check_repeat_survivors(record, current, survivors):
+    """A repeated statistic ends with the survivors of its first sum; the updated record."""
+    statistics = dict(record.statistics)
+    participants, first = statistics.get(current.statistic, (current.participants, None))
+    if first is not None and tuple(first) != tuple(survivors):
+        raise SumRefusal(
+            "one-sum-per-input",
+            "a repeat of a statistic this node already added, announced with other survivors: "
+            "the two sums would give away the difference",
+        )
+    statistics[current.statistic] = (participants, tuple(survivors))
+    return statistics
 
 
 def open_sum_of(record, stage_names, what):
