@@ -957,7 +957,7 @@ def test_intermediate_dimension_errors():
     with pytest.raises(ValueError, match="n_components_intermediate=3 exceeds the 2 features"):
         DCClustering(2, n_components_intermediate=3, partition=HybridPartition(2, 2)).fit(X)
     with pytest.raises(ValueError, match="n_components_collab=9 must lie in"):
-        DCClustering(2, n_components_collab=9).fit(X)
+        DCClustering(2, n_components_collab=9, partition=2).fit(X)
 
 
 def test_lossy_default_keeps_one_dimension_less_per_party(iris):

@@ -653,13 +653,13 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
     # their radii: removed centroids (here one per client) are never sent.
     X, means = _jigsaw_client()
     est = FeCA(2, client_n_clusters=4, init=means, n_init=1)
-    inertia = inertia_cost(2)
+    inertia = inertia_cost(3)
     runtime = check_protocol(
         est,
-        [X, X + [0.0, 1.0]],
+        [X, X + [0.0, 1.0], X + [1.0, 0.0]],
         rounds=1 + inertia["rounds"],
-        bytes_up=2 * (3 * (2 + 1) * 8 + 16) + inertia["bytes_up"],
-        bytes_down=2 * 2 * 2 * 8 + inertia["bytes_down"],
+        bytes_up=3 * (3 * (2 + 1) * 8 + 16) + inertia["bytes_up"],
+        bytes_down=3 * 2 * 2 * 8 + inertia["bytes_down"],
     )
     (uploads,) = [r for r in runtime.received if r.tag == "centroids and radii"]
     for (centers, radii, _, _), sent_centers, sent_radii in zip(
@@ -667,7 +667,7 @@ def test_protocol_sends_what_the_client_kept_and_radii_of_its_clusters():
     ):
         np.testing.assert_array_equal(centers, sent_centers)
         np.testing.assert_array_equal(radii, sent_radii)
-    assert est.n_removed_.tolist() == [1, 1]
+    assert est.n_removed_.tolist() == [1, 1, 1]
 
 
 @pytest.mark.parametrize("secure", [True, False], ids=["secure", "clear"])

@@ -394,7 +394,7 @@ def test_an_empty_cluster_keeps_its_center_in_a_sampled_iteration():
     X = _data(k=3)
     init = np.vstack([X[:3], X.mean(axis=0) + 1e3])
     fk = FederatedKMeans(
-        4, init=init, max_iter=1, client_fraction=0.5, partition=4, random_state=0
+        4, init=init, max_iter=1, client_fraction=0.5, partition=6, random_state=0
     ).fit(X)
     np.testing.assert_array_equal(fk.cluster_centers_[3], init[3])
 
@@ -449,7 +449,11 @@ def test_too_many_dropouts_is_a_clear_error():
         fit(X)
     # With secure sums, a survivor whose neighbours dropped cannot be unmasked.
     fit = FederatedKMeans(5, init=X[:5], partition=4, min_clients=1).fit
-    with use_runtime(DropHalf), pytest.raises(SecureSumError, match="threshold"):
+    # (nodes refuse to unmask a sum announced with fewer survivors than their minimum).
+    with (
+        use_runtime(DropHalf),
+        pytest.raises((SecureSumError, PermissionError), match="threshold|min-sum-participants"),
+    ):
         fit(X)
 
 

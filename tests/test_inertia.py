@@ -13,7 +13,7 @@ from skfedclust import (
     MAvg,
 )
 from skfedclust.clusterers import nearest_center
-from skfedclust.federation import Federation, InProcessRuntime
+from skfedclust.federation import SERVER, Federation, InProcessRuntime
 from skfedclust.methods._centroid_steps import (
     secure_inertia,
     secure_inertia_communication,
@@ -42,7 +42,7 @@ def _runtime(X, n_clients, entropy=1):
     return rows, InProcessRuntime(fed, private_entropy=[entropy])
 
 
-@pytest.mark.parametrize("n_clients", [1, 2, 3, 5, 6, 9, 17])
+@pytest.mark.parametrize("n_clients", [3, 5, 6, 9, 17])
 def test_secure_inertia_is_the_pooled_inertia_at_the_documented_cost(n_clients):
     X, _ = make_blobs(120, centers=3, random_state=0)
     X = X + 1.7e9
@@ -82,9 +82,22 @@ def test_the_server_gets_masked_vectors_not_a_clients_inertia():
 
 
 def test_an_overflowing_distance_gives_inf_not_an_error():
-    X = np.array([[0.0], [1.0], [1e200], [2.0]])
-    rows, runtime = _runtime(X, 2)
+    X = np.array([[0.0], [1.0], [1e200], [2.0], [3.0], [4.0]])
+    rows, runtime = _runtime(X, 3)
     assert secure_inertia(runtime, np.random.RandomState(0), np.array([[0.0], [1.0]])) == np.inf
+
+
+@pytest.mark.parametrize("n_clients", [1, 2])
+def test_fewer_than_three_clients_get_their_labels_and_no_inertia(n_clients):
+    X, _ = make_blobs(60, centers=3, random_state=0)
+    rows, runtime = _runtime(X, n_clients)
+    with pytest.warns(UserWarning, match="at least 3 clients"):
+        inertia = secure_inertia(runtime, np.random.RandomState(0), X[:3])
+    assert np.isnan(inertia)
+    # No client sent anything to the server; each labelled its own rows.
+    assert not [m for m in runtime.ledger.messages if m.receiver == SERVER]
+    labels = runtime.hand_back("labels")
+    assert len(labels) == len(X)
 
 
 def test_zero_inertia():

@@ -1004,6 +1004,7 @@ class FederatedKMeans(
     def _lloyd(self, runtime, adder, centers, active, rough, spread, tol, random_state):
         """One run of federated Lloyd from ``centers``: centers, iterations."""
         n_iter = 0
+        visited = set()
         for i in range(self.max_iter):
             participants = self._sample(active, random_state)
             n_c = self._max_size(runtime, participants)
@@ -1034,8 +1035,15 @@ class FederatedKMeans(
                 centers = new
                 break
             shift = float(((new - centers) ** 2).sum())
+            visited.add(centers.tobytes())
             centers = new
             if shift <= tol:
+                break
+            if self.secure_aggregation and centers.tobytes() in visited:
+                # With client sampling the centers can return exactly to an
+                # earlier state (a fixed point of a sample drawn again): the
+                # iteration cycles, and nodes refuse a second sum of the same
+                # statistic over other clients (it would give away the difference).
                 break
         return centers, n_iter
 
@@ -1323,6 +1331,7 @@ class FederatedKMeans(
         centers = np.array(centers, dtype=np.float64)
         half = float(np.max(plan.upper - plan.lower)) / 2
         n_iter = 0
+        visited = set()
         for i in range(plan.n_iter):
             participants = self._sample(active, random_state)
             factor = self._noise_factor(participants)
@@ -1352,8 +1361,15 @@ class FederatedKMeans(
             noise = plan.sigma_counts * factor * math.sqrt(len(survivors))
             new = _dp_centers(centers, sums, counts, plan, noise)
             shift = float(((new - centers) ** 2).sum())
+            visited.add(centers.tobytes())
             centers = new
             if shift <= tol:
+                break
+            if self.secure_aggregation and centers.tobytes() in visited:
+                # With client sampling the centers can return exactly to an
+                # earlier state (a fixed point of a sample drawn again): the
+                # iteration cycles, and nodes refuse a second sum of the same
+                # statistic over other clients (it would give away the difference).
                 break
         return centers, n_iter
 
