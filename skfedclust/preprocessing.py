@@ -270,12 +270,12 @@ class FederatedStandardScaler(_FederatedTransformer):
     --------
     >>> import numpy as np
     >>> from skfedclust.preprocessing import FederatedStandardScaler
-    >>> clients = [np.array([[0.0], [2.0]]), np.array([[4.0], [6.0]])]
+    >>> clients = [np.array([[0.0], [2.0]]), np.array([[4.0], [6.0]]), np.array([[8.0], [10.0]])]
     >>> scaler = FederatedStandardScaler().fit(clients)
-    >>> scaler.mean_, scaler.var_
-    (array([3.]), array([5.]))
+    >>> scaler.mean_, scaler.var_.round(4)
+    (array([5.]), array([11.6667]))
     >>> [c.ravel().round(3).tolist() for c in scaler.transform(clients)]
-    [[-1.342, -0.447], [0.447, 1.342]]
+    [[-1.464, -0.878], [-0.293, 0.293], [0.878, 1.464]]
     """
 
     _parameter_constraints: dict = {

@@ -39,7 +39,7 @@ ACCURACY_PARAMS = {"DCClustering": {"n_components_intermediate": None}}
 # For the tests that fit a pooled X. GOLDClustering: its default simulates 8 clients, 15
 # of these 120 rows each, too few for its micro-clusters, which then mix blobs (ARI 0.88
 # with random_state=0); with two clients of 60 rows it separates them (ARI 0.95-1.0).
-POOLED_PARAMS = {**ACCURACY_PARAMS, "GOLDClustering": {"partition": 2}}
+POOLED_PARAMS = {**ACCURACY_PARAMS, "GOLDClustering": {"partition": 3}}
 
 # Parameters for the tests that simulate 3 clients, each with its reason.
 # OmniFCClustering: Lagrange decoding with l = t = 2 needs 7 share-holding parties;
