@@ -33,6 +33,7 @@ from ._runtime import (
     per_client_inputs,
     private_entropy,
     progress,
+    releases_rows,
     use_runtime,
 )
 
@@ -60,5 +61,6 @@ __all__ = [
     "per_client_inputs",
     "private_entropy",
     "progress",
+    "releases_rows",
     "use_runtime",
 ]

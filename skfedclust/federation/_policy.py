@@ -10,21 +10,29 @@ node therefore checks each request against its own policy before it answers:
     The node refuses the handshake of a fit of any other method, and any step
     that belongs to another method's module.
 ``min-rows-per-vector``
-    The node refuses to send a message holding more than ``n_rows / m``
-    vectors of its feature width (centroids, seeds) in one array: each vector
-    it sends then summarises at least ``m`` of its rows on average.
+    The node refuses to send the server (in the clear or as the plaintext of
+    a secure sum) an array of more than ``n_rows / m`` vectors of its feature
+    width (centroids, per-cluster sums, seeds): each vector it sends then
+    summarises at least ``m`` of its rows on average. Default 2; ``0`` turns
+    it off.
 ``refuse-raw-rows``
-    ``true``: the node refuses to send any message containing one of its own
-    rows verbatim (to the server or to another party).
+    ``true`` (the default): the node refuses to send any message containing a
+    vector within ``raw-row-tolerance`` (``1e-4`` of each feature's spread on
+    the node) of one of its own rows, to the server or to another party;
+    ``strict`` also in the steps whose method releases rows by design
+    (:func:`~skfedclust.federation.releases_rows`, listed on the Security
+    page); ``false`` turns the check off.
 ``min-sum-participants``
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
     the node refuses to upload to a smaller sum, whatever the server asks.
 
-Every party has a policy: a Flower node reads it from its node config, a
-simulated party gets the default one (:attr:`Party.policy
-<skfedclust.federation.Party>`), so the checks that run inside client steps
-(the secure sum's) hold in-process as on a deployment.
+Every party has a policy: a Flower node reads it from its node config (the
+defaults above when a field is absent); a simulated party gets
+:meth:`NodePolicy.simulation` (the secure sum's rules, without the harvest
+checks: the user of a simulation holds every row) unless the runtime is given
+another (``InProcessRuntime(..., policy=NodePolicy())`` simulates deployed
+nodes).
 
 A refusal is a :class:`PermissionError` with the reason; the server raises it
 as a :class:`~skfedclust.flower.FlowerNodeError` naming the node.
@@ -32,12 +40,18 @@ as a :class:`~skfedclust.flower.FlowerNodeError` naming the node.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 __all__ = ["DEFAULT_MIN_SUM_PARTICIPANTS", "NodePolicy"]
 
 #: A secure sum of two clients tells each the other's vector.
 DEFAULT_MIN_SUM_PARTICIPANTS = 3
+#: Each vector a node sends summarises at least two of its rows on average.
+DEFAULT_MIN_ROWS_PER_VECTOR = 2
+#: A vector this close to a row (relative to each feature's spread) is the row.
+DEFAULT_RAW_ROW_TOLERANCE = 1e-4
 
 #: Modules whose client steps serve several methods (labelling by nearest
 #: center, federated scalers, secret sharing): allowed whatever the method.
@@ -89,20 +103,26 @@ class NodePolicy:
     ----------
     allowed_methods : list of str or None, default=None
         Estimator class names; ``None`` allows every method.
-    min_rows_per_vector : int or None, default=None
-        Smallest average number of the node's rows behind each vector it sends.
-    refuse_raw_rows : bool, default=False
-        Refuse to send any of the node's rows verbatim.
+    min_rows_per_vector : int or None, default=2
+        Smallest average number of the node's rows behind each vector it sends
+        (``None`` or 0: no minimum).
+    refuse_raw_rows : bool or "strict", default=True
+        Refuse to send any of the node's rows (within ``raw_row_tolerance``);
+        ``"strict"`` also in steps that release rows by design.
     min_sum_participants : int, default=3
         Fewest clients of a secure sum this node uploads to (at least 2).
+    raw_row_tolerance : float, default=1e-4
+        How close to a row (in units of each feature's spread on the node) a
+        sent vector counts as that row.
     """
 
     def __init__(
         self,
         allowed_methods=None,
-        min_rows_per_vector=None,
-        refuse_raw_rows=False,
+        min_rows_per_vector=DEFAULT_MIN_ROWS_PER_VECTOR,
+        refuse_raw_rows=True,
         min_sum_participants=DEFAULT_MIN_SUM_PARTICIPANTS,
+        raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE,
     ):
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
@@ -110,16 +130,44 @@ class NodePolicy:
             if allowed_methods is None
             else {_method_module(name): name for name in self.allowed_methods}
         )
-        if min_rows_per_vector is not None and int(min_rows_per_vector) < 1:
-            raise ValueError(f"min-rows-per-vector must be >= 1, got {min_rows_per_vector!r}")
-        self.min_rows_per_vector = None if min_rows_per_vector is None else int(min_rows_per_vector)
+        if min_rows_per_vector is not None and int(min_rows_per_vector) < 0:
+            raise ValueError(f"min-rows-per-vector must be >= 0, got {min_rows_per_vector!r}")
+        self.min_rows_per_vector = (
+            None if min_rows_per_vector in (None, 0) else int(min_rows_per_vector)
+        )
+        if refuse_raw_rows not in (True, False, "strict"):
+            raise ValueError(
+                f"refuse-raw-rows must be true, false or strict, got {refuse_raw_rows!r}"
+            )
         self.refuse_raw_rows = bool(refuse_raw_rows)
+        #: Refuse rows and row-level counts in steps that release rows by design too.
+        self.strict_rows = refuse_raw_rows == "strict"
+        tolerance = float(raw_row_tolerance)
+        if not (np.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError(
+                f"raw-row-tolerance must be a finite float >= 0, got {raw_row_tolerance!r}"
+            )
+        self.raw_row_tolerance = tolerance
         if isinstance(min_sum_participants, bool) or int(min_sum_participants) < 2:
             raise ValueError(
                 f"min-sum-participants must be an int >= 2 (a sum of one client is its "
                 f"vector), got {min_sum_participants!r}"
             )
         self.min_sum_participants = int(min_sum_participants)
+
+    @classmethod
+    def simulation(cls):
+        """The policy of a simulated party: the secure sum's rules, no harvest checks.
+
+        In a simulation the user holds every party's rows and plays the
+        coordinator too; the checks against row-level harvests
+        (``min-rows-per-vector``, ``refuse-raw-rows``), which guard a node
+        against a coordinator it does not control, are off, so that small
+        test data and scikit-learn's estimator checks run as they would
+        centrally. A test that simulates deployed nodes passes ``NodePolicy()``
+        (a node's defaults) to the runtime.
+        """
+        return cls(min_rows_per_vector=None, refuse_raw_rows=False)
 
     @classmethod
     def from_node_config(cls, node_config):
@@ -129,10 +177,16 @@ class NodePolicy:
             methods = [m.strip() for m in str(methods).split(",") if m.strip()]
         minimum = node_config.get("min-rows-per-vector")
         participants = node_config.get("min-sum-participants")
+        raw = node_config.get("refuse-raw-rows", True)
+        raw = "strict" if str(raw).strip().lower() == "strict" else _flag(raw, "refuse-raw-rows")
+        tolerance = node_config.get("raw-row-tolerance")
         return cls(
             allowed_methods=methods,
-            min_rows_per_vector=None if minimum in (None, "") else int(minimum),
-            refuse_raw_rows=_flag(node_config.get("refuse-raw-rows", False), "refuse-raw-rows"),
+            min_rows_per_vector=(
+                DEFAULT_MIN_ROWS_PER_VECTOR if minimum in (None, "") else int(minimum)
+            ),
+            refuse_raw_rows=raw,
+            raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE if tolerance in (None, "") else tolerance,
             min_sum_participants=(
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),
@@ -160,46 +214,143 @@ class NodePolicy:
             f"step {step_name} belongs to none of them"
         )
 
-    def check_outgoing(self, data, to_server, to_peers, step_name):
+    def check_outgoing(self, data, to_server, to_peers, step):
         """Refuse to send what a step sends if it breaks the policy.
 
         The vector count applies to what goes to the server (summaries such as
-        centroids); secret shares to other parties are not summaries. Raw rows
-        are refused on both.
+        centroids, per-cluster sums) and to the plaintext of a secure sum;
+        secret shares to other parties are not summaries. Rows (within the
+        raw-row tolerance) are refused on both. A step declared with
+        :func:`~skfedclust.federation.releases_rows` (its method releases
+        row-level values by design, as the Security page lists) is exempt from
+        both rules unless the policy is strict.
+
+        Parameters
+        ----------
+        data : ndarray or None
+            The node's rows.
+        to_server, to_peers : object
+            What the step sends (arrays, tuples, dicts of them).
+        step : callable or str
+            The step, or its ``module:function`` name.
         """
-        if data is None or (self.min_rows_per_vector is None and not self.refuse_raw_rows):
+        if data is None or data.ndim != 2 or data.shape[0] == 0:
+            return
+        name, declared = _step_declaration(step)
+        if declared is not None and not self.strict_rows:
             return
         n_rows, width = data.shape
-        rows = None
         for payload, counted in ((to_server, True), (to_peers, False)):
             for array in _arrays(payload):
-                if array.ndim != 2 or array.shape[1] != width or array.shape[0] == 0:
+                # Floats only: the node's rows are float64; integer arrays are counts,
+                # histograms, masked sums and shares.
+                if array.dtype.kind != "f" or array.size == 0:
                     continue
-                if counted:
-                    self._check_count(array.shape[0], n_rows, step_name)
-                if self.refuse_raw_rows:
-                    if rows is None:
-                        rows = {r.tobytes() for r in np.ascontiguousarray(data, dtype=np.float64)}
-                    sent = np.ascontiguousarray(array, dtype=np.float64)
-                    if any(r.tobytes() in rows for r in sent):
-                        raise PermissionError(
-                            f"step {step_name} would send rows of this node verbatim, which "
-                            "its policy (refuse-raw-rows) forbids"
-                        )
+                vectors = array.reshape(1, -1) if array.ndim == 1 else array
+                if vectors.ndim != 2 or vectors.shape[1] != width:
+                    continue
+                if counted and array.ndim == 2:
+                    self._check_count(vectors.shape[0], n_rows, name, declared)
+                # One feature: any statistic of it is some row's value; nothing to tell.
+                if self.refuse_raw_rows and width > 1:
+                    self._check_raw_rows(data, vectors, name, declared)
 
-    def _check_count(self, n_vectors, n_rows, step_name):
+    def _check_count(self, n_vectors, n_rows, step_name, declared=None):
         minimum = self.min_rows_per_vector
         if minimum is not None and n_vectors * minimum > n_rows:
             raise PermissionError(
                 f"step {step_name} would send {n_vectors} vectors summarising this node's "
                 f"{n_rows} rows (fewer than {minimum} rows each, its policy's "
-                "min-rows-per-vector)"
+                "min-rows-per-vector)" + _strict_note(declared)
+            )
+
+    def _check_raw_rows(self, data, vectors, step_name, declared=None):
+        hit = raw_row_matches(data, vectors, self.raw_row_tolerance)
+        if hit is not None:
+            raise PermissionError(
+                f"step {step_name} would send a vector within {self.raw_row_tolerance:g} of "
+                f"this node's row {hit} (relative to each feature's spread), which its policy "
+                "(refuse-raw-rows) forbids" + _strict_note(declared)
             )
 
     def __repr__(self):
         return (
             f"NodePolicy(allowed_methods={self.allowed_methods!r}, "
             f"min_rows_per_vector={self.min_rows_per_vector!r}, "
-            f"refuse_raw_rows={self.refuse_raw_rows!r}, "
-            f"min_sum_participants={self.min_sum_participants!r})"
+            f"refuse_raw_rows={'strict' if self.strict_rows else self.refuse_raw_rows!r}, "
+            f"min_sum_participants={self.min_sum_participants!r}, "
+            f"raw_row_tolerance={self.raw_row_tolerance!r})"
         )
+
+
+def _step_declaration(step):
+    """A step's name and, if its method releases rows by design, the reason (else None)."""
+    if isinstance(step, str):
+        name = step
+        try:
+            from ._runtime import resolve_client_step
+
+            step = resolve_client_step(step, role="bound")
+        except PermissionError:
+            return name, None
+    else:
+        name = f"{getattr(step, '__module__', '?')}:{getattr(step, '__qualname__', step)}"
+    return name, getattr(step, "__skfedclust_releases_rows__", None)
+
+
+def _strict_note(declared):
+    if declared is None:
+        return ""
+    return f" (the step releases rows by design: {declared}; the policy is strict)"
+
+
+#: Projections of a node's rows, kept while the rows live (the check runs at every step).
+_PROJECTIONS = weakref.WeakKeyDictionary()
+
+
+def _projection(data):
+    try:
+        cached = _PROJECTIONS.get(data)
+    except TypeError:
+        cached = None
+    if cached is not None and cached[0] == data.shape:
+        return cached[1:]
+    rows = np.asarray(data, dtype=np.float64)
+    spread = rows.max(axis=0) - rows.min(axis=0)
+    scale = np.where(spread > 0, spread, np.maximum(np.abs(rows).max(axis=0), 1.0))
+    direction = np.random.default_rng(0).standard_normal(rows.shape[1])
+    direction /= np.linalg.norm(direction)
+    # Projected in units of each feature's scale, so one tolerance fits every feature.
+    projected = (rows / scale) @ direction
+    order = np.argsort(projected, kind="stable")
+    result = (scale, direction, projected[order], order)
+    try:
+        _PROJECTIONS[data] = (data.shape, *result)
+    except TypeError:
+        pass
+    return result
+
+
+def raw_row_matches(data, vectors, tolerance):
+    """The index of a row of ``data`` within ``tolerance`` of one of ``vectors``, or None.
+
+    Within ``tolerance`` means every feature differs by at most ``tolerance``
+    times that feature's spread over ``data``. The rows are projected once on
+    a fixed direction and sorted; a vector is compared only with the rows
+    whose projection is within reach (O(log n) per vector, plus candidates).
+    """
+    rows = np.asarray(data, dtype=np.float64)
+    scale, direction, sorted_projection, order = _projection(data)
+    sent = np.asarray(vectors, dtype=np.float64) / scale
+    if not np.all(np.isfinite(sent)):
+        sent = np.where(np.isfinite(sent), sent, np.inf)
+    reach = tolerance * np.abs(direction).sum()
+    centers = sent @ direction
+    low = np.searchsorted(sorted_projection, centers - reach, side="left")
+    high = np.searchsorted(sorted_projection, centers + reach, side="right")
+    for i in np.flatnonzero(high > low):
+        candidates = order[low[i] : high[i]]
+        close = np.all(np.abs(rows[candidates] / scale - sent[i]) <= tolerance, axis=1)
+        if close.any():
+            return int(candidates[np.argmax(close)])
+    return None

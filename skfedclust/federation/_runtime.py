@@ -162,8 +162,9 @@ class Party:
         them side by side). A step's results must not depend on it.
     policy : NodePolicy, default=None
         What the party agrees to do (its operator's node config on Flower);
-        ``None`` gives the default policy. Checks made inside client steps
-        (a secure sum's minimum of participants) read it.
+        ``None`` gives a simulated party's (:meth:`NodePolicy.simulation`).
+        Checks made inside client steps (a secure sum's minimum of
+        participants) read it.
 
     Attributes
     ----------
@@ -182,7 +183,7 @@ class Party:
         self.index = int(index)
         self.n_threads = max(1, int(n_threads))
         self.seed = None if seed is None else int(seed)
-        self.policy = NodePolicy() if policy is None else policy
+        self.policy = NodePolicy.simulation() if policy is None else policy
         self._entropy = entropy
         self._stream = tuple(int(s) for s in stream)
         self._rng = None
@@ -365,6 +366,24 @@ def per_client_inputs(*tags):
 
     def mark(step):
         step.__skfedclust_per_client__ = frozenset(tags)
+        return step
+
+    return mark
+
+
+def releases_rows(reason):
+    """Declare a client step whose method releases row-level values by design.
+
+    DC's intermediate representations (every row through the party's private
+    map) and FFCM's k-means++ seeds (rows of the seed client) are what their
+    papers send. A node's default policy does not count such a step's vectors
+    or look for its rows in them (it would refuse the method itself); a node
+    whose policy sets ``refuse-raw-rows = strict`` refuses them, and the
+    Security page lists every such step with ``reason``.
+    """
+
+    def mark(step):
+        step.__skfedclust_releases_rows__ = str(reason)
         return step
 
     return mark
@@ -678,6 +697,11 @@ class InProcessRuntime(Runtime):
         with what they kept, on the rows of ``federation`` (new rows to
         predict). Their public seeds, private entropy and number of parties
         come from the session.
+    policy : NodePolicy, default=None
+        The policy of every simulated party (``None``:
+        :meth:`NodePolicy.simulation`; ``NodePolicy()`` is a deployed node's
+        default). Each party checks what it sends against it after every
+        step, as a Flower node does.
     """
 
     def __init__(
@@ -689,7 +713,11 @@ class InProcessRuntime(Runtime):
         name="",
         private_entropy=None,
         session=None,
+        policy=None,
     ):
+        from ._policy import NodePolicy
+
+        self.policy = NodePolicy.simulation() if policy is None else policy
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -752,7 +780,14 @@ class InProcessRuntime(Runtime):
 
     def _party(self, c, n_threads=1):
         seed = int(self.seeds[c]) if c < self.n_clients else None
-        return Party(c, seed, self._private_entropy, stream=(self._exchange,), n_threads=n_threads)
+        return Party(
+            c,
+            seed,
+            self._private_entropy,
+            stream=(self._exchange,),
+            n_threads=n_threads,
+            policy=self.policy,
+        )
 
     def run(
         self,
@@ -851,6 +886,8 @@ class InProcessRuntime(Runtime):
         sent = {}
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)
+            # What leaves a party passes its policy first, as on a Flower node.
+            self.policy.check_outgoing(self._data(c), reply.send, reply.to_peers, step)
             if may_drop and self._lost(tag, c):
                 continue
             self._states[c].update(reply.keep)

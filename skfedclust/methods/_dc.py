@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from ..clusterers import nearest_center
-from ..federation import Federation, InProcessRuntime, Reply
+from ..federation import Federation, InProcessRuntime, Reply, releases_rows
 from ._base import BaseFederatedClustering
 
 __all__ = ["DCClustering"]
@@ -262,6 +262,7 @@ def make_intermediate_map(intermediate, n_components, rng):
     return f
 
 
+@releases_rows("DC-Clustering sends every row through the party's private map")
 def dc_party_intermediate(data, inbox, state, party, *, intermediate, n_anchors):
     """Client step: fit the private f on local data, reduce the data and the anchors.
 
@@ -302,6 +303,7 @@ def dc_party_labels(data, inbox, state, party):
     return Reply(output={"labels": labels} if state["hands_labels"] else None)
 
 
+@releases_rows("DC-Clustering sends every new row through the party's private map")
 def dc_party_predict_upload(data, inbox, state, party):
     """Client step of predict: map the party's new rows with the f it kept.
 

@@ -18,7 +18,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import fuzzy_memberships
-from ..federation import Reply
+from ..federation import Reply, releases_rows
 from ..secure import SumChannel
 from ..secure._moments import moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
@@ -30,6 +30,7 @@ __all__ = ["FederatedFuzzyCMeans", "fuzzy_memberships"]
 
 
 # ---------------------------------------------------------------- client side
+@releases_rows("FFCM's k-means++ seeds are rows of the seed client, as in the paper")
 def ffcm_seed_centers(data, inbox, state, party, *, n_seeds):
     """Client step of a seed client: k-means++ seeding on its own rows; send the seeds.
 

@@ -394,6 +394,9 @@ def secure_sum_upload_step(
     keep = {**reply.keep, _seeds_key(graph["seed"]): seeds}
     if reply.send is None:
         return Reply(keep=keep, output=reply.output)
+    # The plaintext passes the node's policy as if it were sent in the clear:
+    # per-cluster sums of clusters of one row add up to rows in the total.
+    party.policy.check_outgoing(data, reply.send, None, summand)
     arrays, spec = _structure(reply.send)
     if shifts is None:
         shifts = [0] * len(arrays)
