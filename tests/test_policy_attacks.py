@@ -145,3 +145,17 @@ def test_a_secure_sums_plaintext_passes_the_policy_too():
     X, clients = _clients()
     with deployed(), pytest.raises(PermissionError, match="fedkmeans_lloyd_statistics"):
         FederatedKMeans(6, init=X[:6], n_init=1, random_state=0).fit(clients)
+
+
+def test_a_deployed_node_refuses_an_invertible_dc_map():
+    from skfedclust import DCClustering
+
+    X, clients = _clients(n_per_client=40)
+    with deployed(), pytest.raises(PermissionError, match="dc-full-rank-maps"):
+        DCClustering(3, n_components_intermediate=None, random_state=0).fit(clients)
+    with deployed(), pytest.raises(PermissionError, match="dc-full-rank-maps"):
+        DCClustering(3, n_components_intermediate=3, random_state=0).fit(clients)
+    with deployed():  # the default keeps one dimension less per party
+        DCClustering(3, random_state=0).fit(clients)
+    with deployed(dc_full_rank_maps=True):
+        DCClustering(3, n_components_intermediate=None, random_state=0).fit(clients)

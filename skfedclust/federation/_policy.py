@@ -22,6 +22,12 @@ node therefore checks each request against its own policy before it answers:
     ``strict`` also in the steps whose method releases rows by design
     (:func:`~skfedclust.federation.releases_rows`, listed on the Security
     page); ``false`` turns the check off.
+``dc-full-rank-maps``
+    ``false`` (the default): in DC-Clustering the node refuses to map its rows
+    to as many dimensions as it has features. The server colluding with any
+    one party (which holds the anchors' recipe) sees the anchors and their
+    images, solves for the node's map and inverts it: exactly when the map
+    keeps every dimension, up to the dimensions it drops otherwise.
 ``min-sum-participants``
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
@@ -114,6 +120,9 @@ class NodePolicy:
     raw_row_tolerance : float, default=1e-4
         How close to a row (in units of each feature's spread on the node) a
         sent vector counts as that row.
+    dc_full_rank_maps : bool, default=False
+        Let DC-Clustering map the node's rows to as many dimensions as it has
+        features (invertible by the server colluding with one party).
     """
 
     def __init__(
@@ -123,6 +132,7 @@ class NodePolicy:
         refuse_raw_rows=True,
         min_sum_participants=DEFAULT_MIN_SUM_PARTICIPANTS,
         raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE,
+        dc_full_rank_maps=False,
     ):
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
@@ -148,6 +158,7 @@ class NodePolicy:
                 f"raw-row-tolerance must be a finite float >= 0, got {raw_row_tolerance!r}"
             )
         self.raw_row_tolerance = tolerance
+        self.dc_full_rank_maps = bool(dc_full_rank_maps)
         if isinstance(min_sum_participants, bool) or int(min_sum_participants) < 2:
             raise ValueError(
                 f"min-sum-participants must be an int >= 2 (a sum of one client is its "
@@ -167,7 +178,7 @@ class NodePolicy:
         centrally. A test that simulates deployed nodes passes ``NodePolicy()``
         (a node's defaults) to the runtime.
         """
-        return cls(min_rows_per_vector=None, refuse_raw_rows=False)
+        return cls(min_rows_per_vector=None, refuse_raw_rows=False, dc_full_rank_maps=True)
 
     @classmethod
     def from_node_config(cls, node_config):
@@ -187,6 +198,9 @@ class NodePolicy:
             ),
             refuse_raw_rows=raw,
             raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE if tolerance in (None, "") else tolerance,
+            dc_full_rank_maps=_flag(
+                node_config.get("dc-full-rank-maps", False), "dc-full-rank-maps"
+            ),
             min_sum_participants=(
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),
@@ -279,7 +293,8 @@ class NodePolicy:
             f"min_rows_per_vector={self.min_rows_per_vector!r}, "
             f"refuse_raw_rows={'strict' if self.strict_rows else self.refuse_raw_rows!r}, "
             f"min_sum_participants={self.min_sum_participants!r}, "
-            f"raw_row_tolerance={self.raw_row_tolerance!r})"
+            f"raw_row_tolerance={self.raw_row_tolerance!r}, "
+            f"dc_full_rank_maps={self.dc_full_rank_maps!r})"
         )
 
 

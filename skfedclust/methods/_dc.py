@@ -273,6 +273,14 @@ def dc_party_intermediate(data, inbox, state, party, *, intermediate, n_anchors)
     anchor_block = _anchor_slice(inbox, state, n_anchors)
     f = make_intermediate_map(intermediate, state["n_components"], party.rng)
     X_tilde = np.asarray(f.fit_transform(data), dtype=np.float64)
+    if X_tilde.shape[1] >= data.shape[1] and not party.policy.dc_full_rank_maps:
+        # The server with any one party (the anchors' recipe) would solve for f
+        # from the anchors and their images, and invert it.
+        raise PermissionError(
+            f"this node's policy maps its {data.shape[1]} features to fewer dimensions "
+            f"(dc-full-rank-maps=false); asked for {X_tilde.shape[1]}: the server colluding "
+            "with one party could invert the map"
+        )
     if isinstance(intermediate, str):
         anchor_tilde = _scaled_pca_transform(f, anchor_block)
     else:
