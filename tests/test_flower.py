@@ -1652,8 +1652,10 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
     # client would upload every row it holds.
     clients = _clients()
     harvest = FederatedFuzzyCMeans(n_clusters=60, random_state=0)
-    with pytest.raises(FlowerNodeError, match=r"would send rows of this node verbatim"):
-        _fit_with_policy(harvest, clients, **{"refuse-raw-rows": "true"})
+    # The seeds are rows by design (the paper's k-means++ on the seed client): a
+    # strict node refuses them.
+    with pytest.raises(FlowerNodeError, match=r"releases rows by design.*strict"):
+        _fit_with_policy(harvest, clients, **{"refuse-raw-rows": "strict"})
     with pytest.raises(FlowerNodeError, match=r"would send 60 vectors .* 60 rows"):
         _fit_with_policy(
             FederatedFuzzyCMeans(n_clusters=60, random_state=0),
@@ -1686,8 +1688,8 @@ def test_node_policy_fields_are_checked():
         NodePolicy.from_node_config({"allowed-methods": "KMeans"})
     with pytest.raises(ValueError, match="refuse-raw-rows='maybe'"):
         NodePolicy.from_node_config({"refuse-raw-rows": "maybe"})
-    with pytest.raises(ValueError, match="min-rows-per-vector must be >= 1"):
-        NodePolicy.from_node_config({"min-rows-per-vector": 0})
+    with pytest.raises(ValueError, match="min-rows-per-vector must be >= 0"):
+        NodePolicy.from_node_config({"min-rows-per-vector": -1})
     policy = NodePolicy.from_node_config({"allowed-methods": "KFed"})
     policy.check_step("skfedclust.methods._centroid_steps:label_by_nearest_center")
     with pytest.raises(PermissionError, match="belongs to none of them"):

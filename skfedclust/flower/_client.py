@@ -2,7 +2,9 @@
 
 Each SuperNode is one party. It loads the data it holds with a function of its
 node config, answers the server's handshake with public metadata only (row and
-feature counts, a name, a fresh public key), runs the client steps the server
+feature counts, a name, a fresh public key signed by its identity key, the
+public summary of its policy), checks the roster of the fit's parties before
+it seals or opens anything, runs the client steps the server
 names (allow-listed functions of skfedclust) on that data, keeps its private
 state in its Flower Context between steps, seals what it sends to other
 parties, and at the end writes its declared outputs (its labels) where its
@@ -76,6 +78,9 @@ PRIVATE_SEED = "private-seed"
 #: by ``python -m skfedclust.flower keygen``) and of the identities it trusts.
 IDENTITY_KEY = "identity-key"
 TRUSTED_IDENTITIES = "trusted-identities"
+#: Node-config field that lets a node take part without a trust file (its
+#: sealed messages then resist a passive server only).
+ALLOW_UNAUTHENTICATED = "allow-unauthenticated"
 #: Node-config field of the threads a node's steps may use (default: its cores).
 N_THREADS = "n-threads"
 
@@ -85,35 +90,101 @@ def _identity(node_config):
     return None if path is None else _crypto.IdentityKey.load(path)
 
 
-def _verify_peers(begin, node_config, session):
-    """Check every peer's per-fit key against the node's trusted identities.
+def _allows_unauthenticated(node_config):
+    value = node_config.get(ALLOW_UNAUTHENTICATED, False)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"node config {ALLOW_UNAUTHENTICATED}={value!r}: expected true or false")
 
-    Without a ``trusted-identities`` file the node cannot tell a swapped key
-    from a genuine one; it says so once and goes on (sealed messages then
-    resist a passive server only).
+
+def _authentication(node_config):
+    """The node's identity key and trusted identities; refuse a fit it cannot authenticate.
+
+    A node without a ``trusted-identities`` file (or without an
+    ``identity-key``) refuses, unless its node config sets
+    ``allow-unauthenticated=true``: then it warns and goes on (its sealed
+    messages resist a passive server only, and ``trusted`` is ``None``).
+
+    Returns
+    -------
+    identity : IdentityKey or None
+    trusted : dict or None
     """
+    allowed = _allows_unauthenticated(node_config)
+    identity = _identity(node_config)
     path = node_config.get(TRUSTED_IDENTITIES)
+    missing = [f for f, v in ((IDENTITY_KEY, identity), (TRUSTED_IDENTITIES, path)) if v is None]
+    if missing and not allowed:
+        raise PermissionError(
+            f"this node has no {' and no '.join(missing)} in its node config, so it cannot "
+            "authenticate the fit's parties (a server could swap their keys and read its "
+            "sealed messages): it refuses to take part. Make an identity on every node with "
+            "'python -m skfedclust.flower keygen node.pem', list the printed lines of every "
+            "node in a file, and start the node with --node-config \"identity-key='node.pem' "
+            "trusted-identities='trusted_identities.txt'\"; or set allow-unauthenticated=true "
+            "to accept unauthenticated peers"
+        )
     if path is None:
         logger.warning(
-            "node has no %s file: the peers' keys are not authenticated, so a server "
-            "that swaps them can read this node's sealed messages",
+            "node has no %s file and %s=true: the peers' keys are not authenticated, so a "
+            "server that swaps them can read this node's sealed messages",
             TRUSTED_IDENTITIES,
+            ALLOW_UNAUTHENTICATED,
         )
-        return
-    trusted = _crypto.load_trusted_identities(path)
-    identities = begin.get("identities", {})
-    for peer, key in begin["keys"].items():
-        if int(peer) == int(begin["party"]):
-            continue
-        identity, signature = identities.get(peer) or (None, None)
-        _crypto.verify_peer_key(
-            int(peer),
-            bytes.fromhex(key),
-            None if identity is None else bytes.fromhex(identity),
-            None if signature is None else bytes.fromhex(signature),
-            session=session,
-            trusted=trusted,
+        return identity, None
+    return identity, _crypto.load_trusted_identities(path)
+
+
+def policy_summary(policy, node_config):
+    """The public summary of a node's policy and authentication, sent in its handshake."""
+    return {
+        "allowed_methods": policy.allowed_methods,
+        "min_rows_per_vector": policy.min_rows_per_vector,
+        "refuse_raw_rows": "strict" if policy.strict_rows else bool(policy.refuse_raw_rows),
+        "min_sum_participants": int(policy.min_sum_participants),
+        "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
+        "allow_unauthenticated": _allows_unauthenticated(node_config),
+    }
+
+
+def _check_roster(begin, node_config, record):
+    """Check the roster of ``begin`` (:func:`~skfedclust.flower._crypto.verify_roster`).
+
+    Run before the node seals or opens anything; a failure is a
+    :class:`PermissionError` naming the rule and the slot.
+    """
+    if not isinstance(begin, dict):
+        raise _crypto.RosterError("roster-format", None, f"malformed begin record {begin!r}")
+    _, trusted = _authentication(node_config)
+    party, n_parties, n_clients = begin.get("party"), begin.get("n_parties"), begin.get("n_clients")
+    for value in (party, n_parties, n_clients):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _crypto.RosterError(
+                "slot-count", None, "the party, parties and clients must be integers"
+            )
+    if not 0 < n_clients <= n_parties:
+        raise _crypto.RosterError(
+            "slot-count", None, f"{n_clients} data-holding clients among {n_parties} parties"
         )
+    own = {
+        "key": _crypto.KeyPair(record["private_key"]).public_bytes,
+        "identity": bytes.fromhex(record["identity"]) if record["identity"] else None,
+        "nonce": bytes.fromhex(record["nonce"]),
+    }
+    _crypto.verify_roster(
+        begin.get("roster"),
+        party=party,
+        n_parties=n_parties,
+        own=own,
+        session=record["session"],
+        method=record["method"] or None,
+        trusted=trusted,
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -403,18 +474,27 @@ class _Service:
     def hello(self, message, context):
         control, _, _ = from_content(message.content, "handshake")
         # Refused here, before the node loads or reveals anything of its data.
-        NodePolicy.from_node_config(context.node_config).check_method(str(control.get("method")))
+        policy = NodePolicy.from_node_config(context.node_config)
+        method = control.get("method")
+        policy.check_method(str(method))
         if control.get("predict"):
             return self.hello_predict(control, context)
+        identity, _ = _authentication(context.node_config)
         data, names = self.data(context)
         keys = _crypto.KeyPair()
+        nonce = _crypto.new_nonce()
         session = str(control["session"])
+        method = "" if method is None else str(method)
         context.state[_key(NODE, session)] = ConfigRecord(
             {
                 "session": session,
+                "method": method,
                 "private_key": keys.private_bytes,
+                "nonce": nonce.hex(),
+                "identity": "" if identity is None else identity.public_bytes.hex(),
                 "private_entropy": _private_entropy(context.node_config),
                 "begin": "",
+                "roster": "",
                 "last": "{}",
             }
         )
@@ -424,10 +504,13 @@ class _Service:
         layout = self.layout(context.node_config) if data is not None else None
         if layout is not None:
             layout = _checked_layout(layout, data.shape[1])
-        identity = _identity(context.node_config)
         signature = None
         if identity is not None:
-            signature = identity.sign_fit_key(keys.public_bytes, session=str(control["session"]))
+            # Binds the key to this fit, the method agreed to and this node's nonce;
+            # every node checks at the start of its steps that its slot holds them.
+            signature = identity.sign_fit_key(
+                keys.public_bytes, session=session, nonce=nonce, method=method or None
+            )
             logger.info("node %s: identity %s", context.node_id, identity.fingerprint)
         reply = {
             "session": control["session"],
@@ -438,6 +521,8 @@ class _Service:
             "public_key": keys.public_bytes.hex(),
             "identity": None if identity is None else identity.public_bytes.hex(),
             "key_signature": None if signature is None else signature.hex(),
+            "nonce": nonce.hex(),
+            "policy": policy_summary(policy, context.node_config),
             "version": __version__,
             "row_group": None if layout is None else layout[0],
             "columns": None if layout is None else layout[1],
@@ -472,9 +557,10 @@ class _Service:
         control, body, sealed = from_content(message.content, "step message")
         record = self._session(context, control)
         if control.get("begin"):
-            # The peers' keys are checked before this node seals or opens anything.
-            _verify_peers(control["begin"], context.node_config, record["session"])
+            # The whole roster is checked before this node seals or opens anything.
+            _check_roster(control["begin"], context.node_config, record)
             record["begin"] = json.dumps(control["begin"])
+            record["roster"] = _crypto.roster_digest(control["begin"]["roster"])
         if not record["begin"]:
             raise RuntimeError("this node got a step before learning its party number")
         begin = json.loads(record["begin"])
@@ -486,6 +572,8 @@ class _Service:
         policy.check_step(control["step"])
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
+        roster, digest = begin["roster"], record["roster"]
+        n_parties = int(begin["n_parties"])
         last = {int(k): v for k, v in json.loads(record["last"]).items()}
 
         inbox = {}
@@ -496,6 +584,11 @@ class _Service:
                 continue
             _, tag, sender, exchange, ref = event
             sender, exchange = int(sender), int(exchange)
+            if not 0 <= sender < n_parties or sender == party:
+                raise PermissionError(
+                    f"the relay delivers a message from party {sender}: parties are "
+                    f"0..{n_parties - 1} and this node is party {party}"
+                )
             if exchange <= last.get(sender, -1):
                 raise RuntimeError(
                     f"a message from party {sender} of exchange {exchange} arrived after one "
@@ -503,17 +596,24 @@ class _Service:
                 )
             last[sender] = exchange
             pair = keys.pair_key(
-                bytes.fromhex(begin["keys"][str(sender)]), salt=session, parties=(sender, party)
+                bytes.fromhex(roster[sender]["key"]), salt=session, parties=(sender, party)
             )
-            plain = _crypto.open_sealed(
-                pair,
-                sealed[ref],
-                session=session,
-                exchange=exchange,
-                tag=tag,
-                sender=sender,
-                recipient=party,
-            )
+            try:
+                plain = _crypto.open_sealed(
+                    pair,
+                    sealed[ref],
+                    session=session,
+                    exchange=exchange,
+                    tag=tag,
+                    sender=sender,
+                    recipient=party,
+                    roster=digest,
+                )
+            except _crypto.SealError as exc:
+                # A refusal, not a failure: the relay altered, swapped or misdirected it.
+                raise PermissionError(
+                    f"could not open the sealed message from party {sender}: {exc}"
+                ) from None
             inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
 
         data = None
@@ -526,6 +626,7 @@ class _Service:
             int(record["private_entropy"]),
             stream=(int(control["exchange"]),),
             n_threads=node_threads(context.node_config),
+            policy=policy,
         )
         state = _load_state(context, session)
         with allowed_step_modules(self.allowed_modules):
@@ -540,7 +641,6 @@ class _Service:
             _save_state(context, session, outputs, OUTPUTS)
         record["last"] = json.dumps({str(k): v for k, v in last.items()})
 
-        n_parties = int(begin["n_parties"])
         peers, out = {}, {}
         for recipient, payload in sorted(reply.to_peers.items()):
             recipient = int(recipient)
@@ -550,7 +650,7 @@ class _Service:
                 raise ValueError(f"a party cannot send a message to itself ({party})")
             peers[str(recipient)] = payload_nbytes(payload)
             pair = keys.pair_key(
-                bytes.fromhex(begin["keys"][str(recipient)]),
+                bytes.fromhex(roster[recipient]["key"]),
                 salt=session,
                 parties=(party, recipient),
             )
@@ -562,6 +662,7 @@ class _Service:
                 tag=control["tag"],
                 sender=party,
                 recipient=recipient,
+                roster=digest,
             )
         reply_control = {
             "session": session,
