@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -64,15 +65,46 @@ EXAMPLE_APP = Path(__file__).resolve().parents[1] / "examples" / "flower_app"
 # --------------------------------------------------------------------------- #
 # A Grid that runs the ClientApp of every node in this process
 # --------------------------------------------------------------------------- #
+#: Identity keys and trust files of the test federations (removed at exit).
+_KEYS = tempfile.TemporaryDirectory(prefix="skfedclust-identities-")
+
+
+def _authenticated(node_configs):
+    """``node_configs`` with an identity key each and a trust file listing them all.
+
+    A config that already sets ``identity-key``, ``trusted-identities`` or
+    ``allow-unauthenticated`` is left as it is: nodes refuse to take part
+    without an identity and a trust file unless their operator allows it.
+    """
+    folder = Path(_KEYS.name) / uuid.uuid4().hex
+    folder.mkdir()
+    keys = [IdentityKey() for _ in node_configs]
+    trust = folder / "trusted_identities.txt"
+    trust.write_text(
+        "".join(f"node-{i} ed25519:{k.public_bytes.hex()}\n" for i, k in enumerate(keys))
+    )
+    out = []
+    for i, (config, key) in enumerate(zip(node_configs, keys)):
+        config = dict(config)
+        if not {"identity-key", "trusted-identities", "allow-unauthenticated"} & set(config):
+            config["identity-key"] = str(key.save(folder / f"node{i}.pem"))
+            config["trusted-identities"] = str(trust)
+        out.append(config)
+    return out
+
+
 class LocalGrid(Grid):
     """Every node's ClientApp runs here, on its own Context; ``log`` keeps every message.
 
     ``silent`` nodes never answer; ``tamper(message)`` may alter a message on
-    its way to a node.
+    its way to a node. Nodes get an identity key each and a trust file listing
+    all of them (see :func:`_authenticated`), unless ``authenticate=False``.
     """
 
-    def __init__(self, client_app, node_configs, *, silent=(), tamper=None):
+    def __init__(self, client_app, node_configs, *, silent=(), tamper=None, authenticate=True):
         self.app = client_app
+        if authenticate:
+            node_configs = _authenticated(node_configs)
         TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 0, 0
         self.contexts = {
             100 + i: Context(
@@ -156,6 +188,22 @@ def _local_fit(estimator, clients, private_seeds=None, **grid_kwargs):
     grid = LocalGrid(app, configs, **grid_kwargs)
     fit_on_flower(estimator, grid, n_nodes=len(clients), timeout=30, allowed_modules=ALLOWED)
     return estimator, memory, grid
+
+
+def _simulation_identities(tmp_path, n):
+    """``node_defaults`` giving the ``n`` nodes of Flower's simulation (whose config is only
+    ``partition-id`` and ``num-partitions``) an identity key each and a trust file."""
+    keys = [IdentityKey() for _ in range(n)]
+    for i, key in enumerate(keys):
+        key.save(tmp_path / f"node{i}.pem")
+    trust = tmp_path / "trusted_identities.txt"
+    trust.write_text(
+        "".join(f"node-{i} ed25519:{k.public_bytes.hex()}\n" for i, k in enumerate(keys))
+    )
+    return {
+        "identity-key": str(tmp_path / "node{partition-id}.pem"),
+        "trusted-identities": str(trust),
+    }
 
 
 def _assert_same_communication(a, b):
@@ -438,7 +486,10 @@ def test_a_tampered_relay_is_detected_by_the_recipient():
                     blob = config[key]
                     config[key] = blob[:-1] + bytes([blob[-1] ^ 1])
 
-    with pytest.raises(FlowerNodeError, match=r"party 2 \(node 102\).*SealError"):
+    with pytest.raises(
+        FlowerNodeError,
+        match=r"party 2 \(node 102\) refused.*could not open the sealed message from party",
+    ):
         _local_fit(MaskedMean(), _clients(), tamper=flip)
 
 
@@ -676,6 +727,7 @@ def test_simulation_runtime_matches_in_process_and_names_a_failing_node(tmp_path
     client_app = make_client_app(
         FileLoader(str(tmp_path / "client_{partition-id}.npy")),
         save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
+        node_defaults=_simulation_identities(tmp_path, 5),
     )
     estimators = [ESTIMATORS[name]() for name in ("KFed", "FeCA-lloyd", "FFCM")]
     results = {}
@@ -804,6 +856,7 @@ def test_fedsc_under_the_simulation_runtime(tmp_path):
     client_app = make_client_app(
         FileLoader(str(tmp_path / "client_{partition-id}.npy")),
         save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
+        node_defaults=_simulation_identities(tmp_path, 4),
     )
     estimators = [_fedsc(), _fedsc(**FEDSC_NOISE["factors"]), _fedsc(**FEDSC_NOISE["factors"])]
     labels = []
@@ -1020,6 +1073,7 @@ def test_dc_on_a_hybrid_grid_under_the_simulation_runtime(tmp_path):
         Clients(blocks),
         save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
         layout=GridLayout(columns),
+        node_defaults=_simulation_identities(tmp_path, len(blocks)),
     )
     estimator = DCClustering(n_clusters=3, random_state=0)
     server_app = ServerApp()
@@ -1539,7 +1593,7 @@ def _fit_with_configs(estimator, clients, configs, tamper=None):
 
 
 def _swap_key_of(party, new_key_hex, signature_hex=None, identity_hex=None):
-    """A man in the middle replacing ``party``'s per-fit key in every step message."""
+    """A man in the middle replacing ``party``'s per-fit key in the rosters of the others."""
 
     def swap(message):
         if not message.metadata.message_type.endswith("step"):
@@ -1547,11 +1601,12 @@ def _swap_key_of(party, new_key_hex, signature_hex=None, identity_hex=None):
         config = message.content.config_records["skfedclust"]
         control = json.loads(config["control"])
         begin = control.get("begin")
-        if not begin:
+        if not begin or begin["party"] == party:
             return
-        begin["keys"][str(party)] = new_key_hex
+        begin["roster"][party]["key"] = new_key_hex
         if identity_hex is not None:
-            begin["identities"][str(party)] = [identity_hex, signature_hex]
+            begin["roster"][party]["identity"] = identity_hex
+            begin["roster"][party]["signature"] = signature_hex
         config["control"] = json.dumps(control)
 
     return swap
@@ -1571,7 +1626,9 @@ def test_a_key_swapped_in_transit_is_refused_naming_the_peer(tmp_path):
     attacker = KeyPair()
     # The relay hands every other party its own key for party 1, keeping party
     # 1's signature: the signature does not match the swapped key.
-    with pytest.raises(FlowerNodeError, match=r"PeerKeyError: party 1's per-fit key is not"):
+    with pytest.raises(
+        FlowerNodeError, match=r"RosterError: roster rule signed-key: slot 1: party 1's per-fit"
+    ):
         _fit_with_configs(
             MaskedMean(), clients, configs, tamper=_swap_key_of(1, attacker.public_bytes.hex())
         )
@@ -1580,7 +1637,7 @@ def test_a_key_swapped_in_transit_is_refused_naming_the_peer(tmp_path):
     swap = _swap_key_of(
         1,
         attacker.public_bytes.hex(),
-        signature_hex=rogue.sign_fit_key(attacker.public_bytes, session="any").hex(),
+        signature_hex=rogue.sign_fit_key(attacker.public_bytes, session="any", nonce=b"n").hex(),
         identity_hex=rogue.public_bytes.hex(),
     )
     with pytest.raises(FlowerNodeError, match=r"party 1 signs with identity sha256:.* not in"):
@@ -1600,14 +1657,21 @@ def test_a_node_refuses_peers_outside_its_trusted_identities(tmp_path):
 
 
 def test_without_a_trust_file_a_swapped_key_goes_unnoticed():
-    # The honest limit the docs state: a node with no trusted identities cannot
-    # tell a swapped key from a genuine one. Here the swap only breaks the pair
-    # keys, so the recipient fails to open; an attacker who swapped every key
-    # and re-sealed would read the messages instead.
+    # The honest limit the docs state: a node that allows unauthenticated peers
+    # cannot tell a swapped key from a genuine one. Here the swap only breaks
+    # the pair keys, so the recipient fails to open (a refusal naming the
+    # sender); an attacker who swapped every key and re-sealed would read the
+    # messages instead.
     clients = _clients()
     attacker = KeyPair()
-    with pytest.raises(FlowerNodeError, match="SealError"):
-        _local_fit(MaskedMean(), clients, tamper=_swap_key_of(1, attacker.public_bytes.hex()))
+    app = make_client_app(Clients(clients), save_output=Memory(), allowed_modules=ALLOWED)
+    configs = [{"partition-id": i, "allow-unauthenticated": "true"} for i in range(4)]
+    grid = LocalGrid(app, configs, tamper=_swap_key_of(1, attacker.public_bytes.hex()))
+    with pytest.raises(
+        FlowerNodeError, match="refused.*could not open the sealed message from party"
+    ) as info:
+        fit_on_flower(MaskedMean(), grid, n_nodes=4, timeout=30, allowed_modules=ALLOWED)
+    assert info.value.refused
 
 
 def test_trusted_identities_file_is_checked(tmp_path):
@@ -1649,26 +1713,42 @@ def _fit_with_policy(estimator, clients, **policy):
 
 def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
     # FFCM seeds are rows: with n_clusters = a node's row count, the seed
-    # client would upload every row it holds.
+    # client would upload every row it holds. The method releases rows by
+    # design (its seeds), so only a strict policy refuses them.
     clients = _clients()
     harvest = FederatedFuzzyCMeans(n_clusters=60, random_state=0)
-    # The seeds are rows by design (the paper's k-means++ on the seed client): a
-    # strict node refuses them.
-    with pytest.raises(FlowerNodeError, match=r"releases rows by design.*strict"):
-        _fit_with_policy(harvest, clients, **{"refuse-raw-rows": "strict"})
+    with pytest.raises(FlowerNodeError, match=r"refused.*would send a vector within .* row"):
+        _fit_with_policy(
+            harvest, clients, **{"refuse-raw-rows": "strict", "min-rows-per-vector": 0}
+        )
     with pytest.raises(FlowerNodeError, match=r"would send 60 vectors .* 60 rows"):
         _fit_with_policy(
             FederatedFuzzyCMeans(n_clusters=60, random_state=0),
             clients,
-            **{"min-rows-per-vector": 5},
+            **{"min-rows-per-vector": 5, "refuse-raw-rows": "strict"},
         )
     # The same policies let a summarising method through.
     estimator, _ = _fit_with_policy(
         KFed(n_clusters=4, random_state=0),
         clients,
-        **{"refuse-raw-rows": "true", "min-rows-per-vector": 5},
+        **{"refuse-raw-rows": "strict", "min-rows-per-vector": 5},
     )
     assert estimator.cluster_centers_.shape == (4, 2)
+    # Every node's policy and authentication, as its handshake said them.
+    assert (
+        estimator.client_policies_
+        == [
+            {
+                "allowed_methods": None,
+                "min_rows_per_vector": 5,
+                "refuse_raw_rows": "strict",
+                "min_sum_participants": 3,
+                "trusted_identities": True,
+                "allow_unauthenticated": False,
+            }
+        ]
+        * 4
+    )
 
 
 def test_a_node_refuses_a_method_its_policy_does_not_allow_at_the_handshake():
@@ -1793,7 +1873,9 @@ def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, 
         return blocks[int(node_config["partition-id"])]
 
     client_app = make_client_app(
-        load, save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy"))
+        load,
+        save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
+        node_defaults=_simulation_identities(tmp_path, len(blocks)),
     )
     # what the server receives of the encoded distances, per fit
     uploads = []

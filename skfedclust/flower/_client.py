@@ -431,6 +431,7 @@ class _Service:
         client_name,
         layout=node_layout,
         load_new_data=load_node_new_data,
+        node_defaults=None,
     ):
         self.load_data = load_data
         self.load_new_data = load_new_data
@@ -438,7 +439,31 @@ class _Service:
         self.allowed_modules = tuple(allowed_modules)
         self.client_name = client_name
         self.layout = layout
+        self.node_defaults = node_defaults
         self._cache = {}
+
+    def apply_defaults(self, context):
+        """Add the ``node_defaults`` fields the node's config lacks (its own fields win)."""
+        if not self.node_defaults:
+            return
+        config = dict(context.node_config)
+        if callable(self.node_defaults):
+            defaults = dict(self.node_defaults(config) or {})
+        else:
+            defaults = {}
+            for key, value in self.node_defaults.items():
+                if isinstance(value, str):
+                    try:
+                        value = value.format_map(config)
+                    except KeyError as exc:
+                        raise ValueError(
+                            f"node_defaults[{key!r}] = {value!r} names the node-config field "
+                            f"{exc}, which this node's config lacks"
+                        ) from None
+                defaults[key] = value
+        for key, value in defaults.items():
+            if key not in context.node_config:
+                context.node_config[key] = value
 
     # -- data ------------------------------------------------------------------
     def data(self, context):
@@ -699,6 +724,7 @@ class _Service:
     # -- dispatch ----------------------------------------------------------------
     def handle(self, handler, message, context):
         try:
+            self.apply_defaults(context)
             return Message(handler(message, context), reply_to=message)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the server
             logger.error("node %s failed:\n%s", context.node_id, traceback.format_exc())
@@ -718,6 +744,7 @@ def make_client_app(
     layout=node_layout,
     app=None,
     load_new_data=load_node_new_data,
+    node_defaults=None,
 ):
     """A Flower ClientApp that runs skfedclust client steps on the node's own data.
 
@@ -753,18 +780,46 @@ def make_client_app(
         checked as ``load_data``'s. The default reads the file named by the
         ``new-data-path`` field of the node config; its labels are written
         as output ``"predicted-labels"``.
+    node_defaults : dict or callable, default=None
+        Node-config fields a node uses where its own config lacks them (a
+        field the node's operator set always wins). A dict's string values
+        are formatted with the node config, as :class:`FileLoader`'s
+        pattern: ``{"identity-key": "/keys/node_{partition-id}.pem",
+        "trusted-identities": "/keys/trusted.txt"}`` gives the nodes of
+        Flower's simulation, whose config holds only ``partition-id`` and
+        ``num-partitions``, their identities. A callable
+        ``node_defaults(node_config) -> dict`` may choose by node.
 
     Notes
     -----
     Besides what ``load_data`` and ``save_output`` read, the node config may
     hold:
 
-    * ``identity-key`` and ``trusted-identities``: the node's identity key
-      file and the identities it trusts (peer keys are refused unless signed
-      by one of them);
-    * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``: the
-      node's policy (``skfedclust.flower._policy``), checked before it
-      answers any request;
+    * ``identity-key`` (the node's Ed25519 identity key file, from ``python -m
+      skfedclust.flower keygen``) and ``trusted-identities`` (a file of the
+      identities of the federation's nodes,
+      :func:`~skfedclust.flower.load_trusted_identities`). The node signs its
+      per-fit key with its identity, bound to the fit, the method and a fresh
+      nonce of its own; before it seals or opens anything it checks the whole
+      roster the server sends: one slot per party, distinct identities and
+      keys, every peer's key signed by a trusted identity over its slot's
+      nonce, its own slot holding its own key, identity and nonce. A failure
+      is a refusal naming the rule and the slot.
+    * ``allow-unauthenticated`` (default ``false``): a node without an
+      ``identity-key`` or a ``trusted-identities`` file refuses every fit at
+      the handshake, saying how to make them. With ``true`` it takes part
+      with a warning, its roster checked except for the signatures: its
+      sealed messages then resist a passive server only.
+    * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``,
+      ``min-sum-participants``: the node's policy (``NodePolicy`` of
+      ``skfedclust.federation._policy``), checked before it
+      answers any request and, through its :class:`~skfedclust.federation.Party`,
+      inside the client steps (a secure sum's minimum of participants). Its
+      handshake tells the server a summary of it (with whether the node has
+      a trust file or allows unauthenticated peers), which ``fit_on_flower``
+      prints and keeps in ``client_policies_``.
+    * ``n-threads``: the threads the node's steps may use (default: its
+      cores).
     * ``private-seed``: fixes the node's private randomness (tests only).
 
     Returns
@@ -772,7 +827,15 @@ def make_client_app(
     app : flwr.clientapp.ClientApp
     """
     require_flwr()
-    service = _Service(load_data, save_output, allowed_modules, client_name, layout, load_new_data)
+    service = _Service(
+        load_data,
+        save_output,
+        allowed_modules,
+        client_name,
+        layout,
+        load_new_data,
+        node_defaults,
+    )
     app = ClientApp() if app is None else app
     for message_type, handler in (
         (HELLO, service.hello),

@@ -15,16 +15,24 @@ for ``r`` before it leaves ``s``:
 
 The server learns who sends to whom, when, and how many bytes.
 
-The per-fit keys are authenticated: every node has a long-term Ed25519
-identity key (:class:`IdentityKey`, the ``identity-key`` field of its node
-config) and signs its per-fit X25519 key, bound to the fit's session id. Each
-node is told out of band which identities belong to the federation (the
-``trusted-identities`` file of its node config, see
-:func:`load_trusted_identities`) and refuses any peer key that is not signed
-by one of them (:func:`verify_peer_key`). A server (or anyone on the path)
-that swaps the keys in transit then fails the fit instead of reading the
-sealed messages. A node without a trust file cannot tell a swapped key from a
-genuine one: its sealed messages resist a passive server only.
+The per-fit keys are authenticated and bound to the roster: every node has a
+long-term Ed25519 identity key (:class:`IdentityKey`, the ``identity-key``
+field of its node config) and, in its handshake, signs a statement binding the
+fit's session id, the method it agreed to, a fresh nonce of its own and its
+per-fit X25519 key. Each node is told out of band which identities belong to
+the federation (the ``trusted-identities`` file of its node config, see
+:func:`load_trusted_identities`). Before it seals or opens anything, it checks
+the whole roster the server sends (:func:`verify_roster`): one slot per party,
+pairwise distinct identities and keys, every peer's key signed by a trusted
+identity over that slot's nonce, and its own slot holding exactly its own key,
+identity and nonce. A server (or anyone on the path) that swaps keys, or puts
+one insider's genuine key into other parties' slots, then fails the fit
+instead of reading the sealed messages. Sealed messages are also bound to a
+digest of the roster, so two nodes shown different rosters cannot read each
+other. A node without a trust file cannot tell a swapped key from a genuine
+one: it refuses the fit unless its operator allows that
+(``allow-unauthenticated``), and then its sealed messages resist a passive
+server only.
 """
 
 from __future__ import annotations
@@ -37,16 +45,22 @@ __all__ = [
     "IdentityKey",
     "KeyPair",
     "PeerKeyError",
+    "RosterError",
     "fingerprint",
     "load_trusted_identities",
+    "new_nonce",
     "open_sealed",
+    "roster_digest",
     "seal",
     "verify_peer_key",
+    "verify_roster",
 ]
 
 _INFO = b"skfedclust peer message key v1"
-_STATEMENT = b"skfedclust per-fit key v1"
+_STATEMENT = "skfedclust roster entry v2"
 _NONCE = 12
+#: Bytes of a node's handshake nonce.
+ROSTER_NONCE_BYTES = 32
 
 
 def _primitives():
@@ -83,7 +97,11 @@ def _primitives():
 
 
 class SealError(ValueError):
-    """A sealed message that does not open: wrong key, altered, or misdirected."""
+    """A sealed message that does not open: wrong key, altered, or misdirected.
+
+    A node that meets one refuses the step (a :class:`PermissionError` naming
+    the sender).
+    """
 
 
 class KeyPair:
@@ -130,8 +148,32 @@ def fingerprint(public_bytes):
     return "sha256:" + hashlib.sha256(bytes(public_bytes)).hexdigest()
 
 
-class PeerKeyError(ValueError):
+class PeerKeyError(PermissionError, ValueError):
     """A peer's per-fit key that this node cannot verify: it refuses to use it."""
+
+
+class RosterError(PeerKeyError):
+    """A roster that breaks one of the node's rules (:func:`verify_roster`).
+
+    Attributes
+    ----------
+    rule : str
+        The rule: ``roster-format``, ``slot-count``, ``own-slot``,
+        ``distinct-keys``, ``distinct-identities`` or ``signed-key``.
+    slot : int or None
+        The party slot that breaks it.
+    """
+
+    def __init__(self, rule, slot, detail):
+        where = "" if slot is None else f" slot {slot}:"
+        super().__init__(f"roster rule {rule}:{where} {detail}")
+        self.rule = rule
+        self.slot = slot
+
+
+def new_nonce():
+    """A fresh nonce for a node's handshake (from ``os.urandom``)."""
+    return os.urandom(ROSTER_NONCE_BYTES)
 
 
 class IdentityKey:
@@ -194,16 +236,39 @@ class IdentityKey:
             f.write(pem)
         return path
 
-    def sign_fit_key(self, fit_public_bytes, *, session):
-        """Signature binding this node's per-fit key to the fit ``session``."""
-        return self._private.sign(_key_statement(fit_public_bytes, session))
+    def sign_fit_key(self, fit_public_bytes, *, session, nonce, method=None):
+        """Signature binding this node's per-fit key to the fit, the method and its nonce.
+
+        Parameters
+        ----------
+        fit_public_bytes : bytes
+            The node's per-fit X25519 public key.
+        session : str
+            The fit's session id.
+        nonce : bytes
+            A fresh nonce of the node's own (:func:`new_nonce`): its slot in
+            the roster must carry it.
+        method : str, default=None
+            The method the node agreed to in the handshake.
+        """
+        return self._private.sign(_key_statement(fit_public_bytes, session, nonce, method))
 
     def __repr__(self):
         return f"IdentityKey({self.fingerprint})"
 
 
-def _key_statement(fit_public_bytes, session):
-    return _STATEMENT + b"|" + str(session).encode() + b"|" + bytes(fit_public_bytes)
+def _key_statement(fit_public_bytes, session, nonce, method):
+    return json.dumps(
+        {
+            "statement": _STATEMENT,
+            "session": str(session),
+            "method": None if method is None else str(method),
+            "nonce": bytes(nonce).hex(),
+            "key": bytes(fit_public_bytes).hex(),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
 
 
 def load_trusted_identities(path):
@@ -241,19 +306,24 @@ def load_trusted_identities(path):
     return trusted
 
 
-def verify_peer_key(party, fit_public_bytes, identity_bytes, signature, *, session, trusted):
+def verify_peer_key(
+    party, fit_public_bytes, identity_bytes, signature, *, session, nonce, trusted, method=None
+):
     """Check that ``party``'s per-fit key is signed by an identity in ``trusted``.
+
+    The signature must cover this fit's ``session``, the ``method`` and the
+    ``nonce`` of the party's slot (see :meth:`IdentityKey.sign_fit_key`).
 
     Raises
     ------
     PeerKeyError
         Naming the party, when its identity is missing or not trusted, or its
-        signature does not match its per-fit key and this fit.
+        signature does not match its per-fit key, this fit and its nonce.
     """
-    if identity_bytes is None or signature is None:
+    if identity_bytes is None or signature is None or nonce is None:
         raise PeerKeyError(
-            f"party {party} sent no identity key with its per-fit key: this node trusts only "
-            "keys signed by the identities of its trusted-identities file"
+            f"party {party} sent no identity key, signature or nonce with its per-fit key: "
+            "this node trusts only keys signed by the identities of its trusted-identities file"
         )
     print_ = fingerprint(identity_bytes)
     if print_ not in trusted:
@@ -262,38 +332,185 @@ def verify_peer_key(party, fit_public_bytes, identity_bytes, signature, *, sessi
             "trusted identities: its key may have been swapped in transit"
         )
     c = _primitives()
-    identity = c["Ed25519PublicKey"].from_public_bytes(bytes(identity_bytes))
     try:
-        identity.verify(bytes(signature), _key_statement(fit_public_bytes, session))
-    except c["InvalidSignature"]:
+        identity = c["Ed25519PublicKey"].from_public_bytes(bytes(identity_bytes))
+        identity.verify(bytes(signature), _key_statement(fit_public_bytes, session, nonce, method))
+    except (c["InvalidSignature"], ValueError):
         name = trusted[print_]
         raise PeerKeyError(
             f"party {party}'s per-fit key is not the one identity {print_}"
-            f"{f' ({name})' if name else ''} signed for this fit: it was swapped or "
-            "altered in transit"
+            f"{f' ({name})' if name else ''} signed for this fit and this slot's nonce: it "
+            "was swapped, moved from another slot or altered in transit"
         ) from None
     return print_
 
 
-def _associated_data(session, exchange, tag, sender, recipient):
-    return json.dumps(
-        {"session": session, "exchange": exchange, "tag": tag, "from": sender, "to": recipient},
-        sort_keys=True,
-    ).encode()
+#: Fields of a roster slot, all hex strings (``identity``, ``signature`` and
+#: ``nonce`` may be ``None`` for a node without an identity key).
+_SLOT_FIELDS = {"key": 32, "identity": 32, "signature": 64, "nonce": ROSTER_NONCE_BYTES}
 
 
-def seal(key, plaintext, *, session, exchange, tag, sender, recipient):
-    """Encrypt ``plaintext`` for ``recipient``: ``nonce || ciphertext || tag``."""
+def _slot_bytes(roster, slot):
+    entry = roster[slot]
+    if not isinstance(entry, dict) or set(entry) != set(_SLOT_FIELDS):
+        raise RosterError(
+            "roster-format", slot, f"expected the fields {sorted(_SLOT_FIELDS)}, got {entry!r}"
+        )
+    out = {}
+    for field, size in _SLOT_FIELDS.items():
+        value = entry[field]
+        if value is None and field != "key":
+            out[field] = None
+            continue
+        try:
+            raw = bytes.fromhex(value)
+        except (TypeError, ValueError):
+            raw = None
+        if raw is None or len(raw) != size:
+            raise RosterError(
+                "roster-format", slot, f"its {field} is not {size} bytes in hex: {value!r}"
+            )
+        out[field] = raw
+    return out
+
+
+def verify_roster(roster, *, party, n_parties, own, session, method=None, trusted=None):
+    """Check the roster a node receives before it seals or opens anything.
+
+    Parameters
+    ----------
+    roster : list of dict
+        One slot per party, in party order: ``{"key", "identity",
+        "signature", "nonce"}`` in hex (the per-fit X25519 key, the Ed25519
+        identity, its signature of :meth:`IdentityKey.sign_fit_key`'s
+        statement, the nonce it signed).
+    party : int
+        The slot the server assigned to this node.
+    n_parties : int
+        Number of parties the server announced.
+    own : dict
+        This node's own ``key``, ``identity`` and ``nonce`` (bytes; identity
+        ``None`` for a node without an identity key), from its handshake.
+    session, method : str
+        The fit and the method this node agreed to in its handshake.
+    trusted : dict or None
+        This node's trusted identities (:func:`load_trusted_identities`);
+        ``None`` for a node that allows unauthenticated peers (signatures are
+        then not checked, the other rules are).
+
+    Returns
+    -------
+    fingerprints : list of str or None
+        The fingerprint of every slot's identity.
+
+    Raises
+    ------
+    RosterError
+        A :class:`PermissionError` naming the rule and the slot:
+
+        ``roster-format``
+            A slot without the four fields, or a value that is not hex of the
+            right length.
+        ``slot-count``
+            Not ``n_parties`` slots, or this node's slot is not one of them.
+        ``own-slot``
+            This node's slot does not hold exactly its own key, identity and
+            nonce.
+        ``distinct-keys``, ``distinct-identities``
+            Two slots with the same per-fit key, or the same identity (one
+            party in two slots: it would open the messages meant for both).
+        ``signed-key``
+            A peer's key without an identity, signature or nonce, signed by an
+            identity this node does not trust, or whose signature does not
+            cover this fit, the method, the slot's nonce and the key.
+    """
+    if not isinstance(roster, list):
+        raise RosterError("roster-format", None, f"expected a list of slots, got {roster!r}")
+    if isinstance(n_parties, bool) or not isinstance(n_parties, int) or len(roster) != n_parties:
+        raise RosterError(
+            "slot-count",
+            None,
+            f"the roster has {len(roster)} slots but the server announced {n_parties!r} parties",
+        )
+    if not 0 <= int(party) < len(roster):
+        raise RosterError(
+            "slot-count", party, f"this node's slot is not one of the roster's {len(roster)}"
+        )
+    slots = [_slot_bytes(roster, p) for p in range(len(roster))]
+    mine = slots[party]
+    for field in ("key", "identity", "nonce"):
+        expected = None if own.get(field) is None else bytes(own[field])
+        if mine[field] != expected:
+            raise RosterError(
+                "own-slot",
+                party,
+                f"this node's slot holds another {field} than the one it sent in its handshake",
+            )
+    for field, rule in (("key", "distinct-keys"), ("identity", "distinct-identities")):
+        seen = {}
+        for p, slot in enumerate(slots):
+            value = slot[field]
+            if value is None:
+                continue
+            if value in seen:
+                raise RosterError(
+                    rule,
+                    p,
+                    f"it holds the same {field} as slot {seen[value]}: one party in two slots "
+                    "would open the messages meant for both",
+                )
+            seen[value] = p
+    prints = [None if s["identity"] is None else fingerprint(s["identity"]) for s in slots]
+    if trusted is None:
+        return prints
+    for p, slot in enumerate(slots):
+        if p == party:
+            continue
+        try:
+            verify_peer_key(
+                p,
+                slot["key"],
+                slot["identity"],
+                slot["signature"],
+                session=session,
+                nonce=slot["nonce"],
+                method=method,
+                trusted=trusted,
+            )
+        except PeerKeyError as exc:
+            raise RosterError("signed-key", p, str(exc)) from None
+    return prints
+
+
+def roster_digest(roster):
+    """SHA-256 (hex) of every slot's key, identity and nonce: sealed messages are bound to it."""
+    entries = [[slot.get("key"), slot.get("identity"), slot.get("nonce")] for slot in roster]
+    return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
+
+
+def _associated_data(session, exchange, tag, sender, recipient, roster):
+    fields = {"session": session, "exchange": exchange, "tag": tag, "from": sender, "to": recipient}
+    if roster is not None:
+        fields["roster"] = roster
+    return json.dumps(fields, sort_keys=True).encode()
+
+
+def seal(key, plaintext, *, session, exchange, tag, sender, recipient, roster=None):
+    """Encrypt ``plaintext`` for ``recipient``: ``nonce || ciphertext || tag``.
+
+    ``roster``: the :func:`roster_digest` both parties checked; a recipient
+    shown another roster cannot open the message.
+    """
     c = _primitives()
     nonce = os.urandom(_NONCE)
-    aad = _associated_data(session, exchange, tag, sender, recipient)
+    aad = _associated_data(session, exchange, tag, sender, recipient, roster)
     return nonce + c["ChaCha20Poly1305"](key).encrypt(nonce, plaintext, aad)
 
 
-def open_sealed(key, sealed, *, session, exchange, tag, sender, recipient):
+def open_sealed(key, sealed, *, session, exchange, tag, sender, recipient, roster=None):
     """Decrypt a message sealed by :func:`seal`; raise :class:`SealError` if it does not open."""
     c = _primitives()
-    aad = _associated_data(session, exchange, tag, sender, recipient)
+    aad = _associated_data(session, exchange, tag, sender, recipient, roster)
     try:
         return c["ChaCha20Poly1305"](key).decrypt(sealed[:_NONCE], sealed[_NONCE:], aad)
     except c["InvalidTag"] as exc:

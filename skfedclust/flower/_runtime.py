@@ -34,6 +34,7 @@ from ._codec import encode
 from ._crypto import fingerprint
 from ._wire import (
     DEFAULT_ALLOWED_MODULES,
+    ERROR_REFUSED,
     FINISH,
     HELLO,
     STEP,
@@ -72,13 +73,18 @@ class FlowerNodeError(RuntimeError):
         Party number of the node in the protocol.
     step : str
         What the node was asked to do.
+    refused : bool
+        Whether the node refused (its policy, its roster check, a sealed
+        message that did not open): a refusal ends the fit even inside an
+        exchange that tolerates dropouts.
     """
 
-    def __init__(self, message, *, node_id, party, step):
+    def __init__(self, message, *, node_id, party, step, refused=False):
         super().__init__(message)
         self.node_id = node_id
         self.party = party
         self.step = step
+        self.refused = bool(refused)
 
 
 class FlowerTimeoutError(TimeoutError):
@@ -225,8 +231,26 @@ def _refusal(message):
     from flwr.app import Error
 
     return Message(
-        Error(0, "the SuperLink did not accept the message (is the node still connected?)"),
+        Error(
+            NODE_UNAVAILABLE,
+            "the SuperLink did not accept the message (is the node still connected?)",
+        ),
         reply_to=message,
+    )
+
+
+#: Flower's error codes of a message or a node the SuperLink reports unavailable, and of a
+#: ClientApp process that crashed: the node did not answer.
+MESSAGE_UNAVAILABLE, REPLY_UNAVAILABLE, NODE_UNAVAILABLE, CLIENT_APP_CRASHED = 3, 4, 5, 8
+
+
+def _no_answer(reply):
+    """Whether an error reply says the node did not answer (rather than answered with an error)."""
+    return reply.metadata.src_node_id == SUPERLINK_NODE_ID or reply.error.code in (
+        MESSAGE_UNAVAILABLE,
+        REPLY_UNAVAILABLE,
+        NODE_UNAVAILABLE,
+        CLIENT_APP_CRASHED,
     )
 
 
@@ -244,9 +268,12 @@ def _exchange(
 ):
     """Send ``messages`` (one per party in ``parties``) and return the replies in that order.
 
-    With ``may_drop``, a node that fails or does not answer in time is left
-    out (its reply is ``None``) instead of ending the exchange: the protocol
-    tolerates dropouts.
+    With ``may_drop``, a node that does not answer (in time, or as the
+    SuperLink reports: unavailable, its ClientApp crashed) is left out (its
+    reply is ``None``) instead of ending the exchange: the protocol tolerates
+    dropouts. A node that answers with an error (a refusal above all: its
+    policy, its roster check, a sealed message that did not open) did not
+    drop out: it ends the exchange as without ``may_drop``.
 
     Replies are matched to their message by ``reply_to_message_id``, not by
     sender: an error reply the SuperLink makes itself (a node that stopped
@@ -269,7 +296,7 @@ def _exchange(
             if node_id is None:
                 continue
             if reply.has_error():
-                if may_drop:
+                if may_drop and _no_answer(reply):
                     logger.warning("%s dropped out of %s", _who(by_node[node_id], node_id), what)
                     continue
                 if failure is None:
@@ -323,15 +350,22 @@ def _who(party, node_id):
 def _node_error(reply, node_id, party, what):
     who = _who(party, node_id)
     reason = reply.error.reason
-    if reply.metadata.src_node_id == SUPERLINK_NODE_ID or reply.error.code in (3, 4, 5):
-        # Flower's codes: 3 message unavailable, 4 reply unavailable, 5 node unavailable.
+    refused = False
+    if reply.metadata.src_node_id == SUPERLINK_NODE_ID or reply.error.code in (
+        MESSAGE_UNAVAILABLE,
+        REPLY_UNAVAILABLE,
+        NODE_UNAVAILABLE,
+    ):
         message = (
             f"{who} is unavailable in {what}, as the SuperLink reports: {reason} "
             "Restart its SuperNode (or leave it out with node_ids) and run the fit again."
         )
+    elif reply.error.code == ERROR_REFUSED:
+        refused = True
+        message = f"{who} refused {what}: {reason}"
     else:
         message = f"{who} failed in {what}: {reason}"
-    error = FlowerNodeError(message, node_id=node_id, party=party, step=what)
+    error = FlowerNodeError(message, node_id=node_id, party=party, step=what, refused=refused)
     error.code = int(reply.error.code)
     return error
 
@@ -418,8 +452,12 @@ class FlowerRuntime(Runtime):
         Every party's X25519 public key (hex), from the handshake.
     identities : list of (str or None, str or None), default=None
         Every party's identity key and its signature of the per-fit key
-        (hex), from the handshake; relayed to every party, which checks them
-        against its trusted identities.
+        (hex), from the handshake.
+    nonces : list of str, default=None
+        Every party's handshake nonce (hex), which its signature covers. The
+        keys, identities, signatures and nonces make the roster every party
+        receives with its first step and checks before it seals or opens
+        anything.
     n_clients : int
         Number of data-holding clients.
     timeout : float, default=600
@@ -455,6 +493,7 @@ class FlowerRuntime(Runtime):
         public_keys,
         n_clients,
         identities=None,
+        nonces=None,
         timeout=600.0,
         allowed_modules=DEFAULT_ALLOWED_MODULES,
         name="",
@@ -478,6 +517,7 @@ class FlowerRuntime(Runtime):
         self.seeds = np.asarray(seeds)
         self.public_keys = list(public_keys)
         self.identities = list(identities or [(None, None)] * len(self.public_keys))
+        self.nonces = list(nonces or [None] * len(self.public_keys))
         self.timeout = timeout
         self.allowed_modules = tuple(allowed_modules)
         self.name = name
@@ -520,8 +560,12 @@ class FlowerRuntime(Runtime):
             "n_parties": self.n_parties,
             "n_clients": self.n_clients,
             "seed": int(self.seeds[c]) if c < self.n_clients else None,
-            "keys": {str(p): key for p, key in enumerate(self.public_keys)},
-            "identities": {str(p): list(pair) for p, pair in enumerate(self.identities)},
+            "roster": [
+                {"key": key, "identity": identity, "signature": signature, "nonce": nonce}
+                for key, (identity, signature), nonce in zip(
+                    self.public_keys, self.identities, self.nonces
+                )
+            ],
         }
 
     # -- client steps --------------------------------------------------------------
@@ -758,6 +802,7 @@ class FlowerSession:
         self.n_features = runtime.n_features
         self.public_keys = list(runtime.public_keys)
         self.identities = list(runtime.identities)
+        self.nonces = list(runtime.nonces)
         self.row_groups = runtime.row_groups
         self.client_columns = runtime.client_columns
         self.allowed_modules = runtime.allowed_modules
@@ -883,9 +928,10 @@ def _handshake(
                 party=None,
                 step="the handshake",
             )
-        for key in ("identity", "key_signature"):
+        for key in ("identity", "key_signature", "nonce", "policy"):
             value = control.get(key)
-            if value is not None and not isinstance(value, str):
+            kind = dict if key == "policy" else str
+            if value is not None and not isinstance(value, kind):
                 raise FlowerNodeError(
                     f"node {node_id} sent a handshake with an invalid {key!r}",
                     node_id=node_id,
@@ -1105,8 +1151,15 @@ def fit_on_flower(
         ``transport_`` (bytes Flower's records carried, see
         :class:`Transport`), ``client_nodes_`` (the Flower node of every
         party), ``client_identities_`` (the fingerprint of every party's
-        identity key, ``None`` for a node without one) and ``client_outputs_``
-        (rows of each output every node wrote).
+        identity key, ``None`` for a node without one), ``client_policies_``
+        (what every party's node said of its policy and authentication in
+        its handshake: ``allowed_methods`` (``None``: any),
+        ``min_rows_per_vector``, ``refuse_raw_rows``, ``min_sum_participants``,
+        ``trusted_identities`` (it has a trust file) and
+        ``allow_unauthenticated``; what a node says, for the operator to read:
+        each node enforces its own) and ``client_outputs_`` (rows of each
+        output every node wrote). The fingerprint and the policy of every
+        party are also logged at the handshake (``verbose``).
     """
     require_flwr()
     node_ids = _check_request(estimator, n_nodes, node_ids, timeout, connect_timeout, poll_interval)
@@ -1193,6 +1246,7 @@ def fit_on_flower(
         n_features=info.n_features,
         public_keys=[h["public_key"] for h in hello],
         identities=[(h.get("identity"), h.get("key_signature")) for h in hello],
+        nonces=[h.get("nonce") for h in hello],
         n_clients=info.n_clients,
         timeout=timeout,
         allowed_modules=allowed_modules,
@@ -1213,11 +1267,15 @@ def fit_on_flower(
             f"Flower federation of {info.n_clients} clients ({n_parties} parties), "
             f"{info.n_samples} samples, {info.n_features} features"
         )
-        for party, (node_id, (identity, _)) in enumerate(zip(runtime.node_ids, runtime.identities)):
+        policies = [h.get("policy") for h in hello]
+        for party, (node_id, (identity, _), policy) in enumerate(
+            zip(runtime.node_ids, runtime.identities, policies)
+        ):
             # Printed so that a person can compare each party's identity with
-            # the one its operator announced out of band.
+            # the one its operator announced out of band, and see what each
+            # node's operator agreed to.
             who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
-            runtime.stage(f"party {party}: node {node_id}, {who}")
+            runtime.stage(f"party {party}: node {node_id}, {who}; {_describe_policy(policy)}")
         if left_out:
             runtime.stage(f"nodes {left_out}: no data and no party, left out")
         estimator._fit_runtime(runtime, random_state)
@@ -1232,8 +1290,28 @@ def fit_on_flower(
         None if identity is None else fingerprint(bytes.fromhex(identity))
         for identity, _ in runtime.identities
     ]
+    estimator.client_policies_ = policies
     estimator.client_outputs_ = written
     return estimator
+
+
+def _describe_policy(policy):
+    """One line of what a node said of its policy and authentication in its handshake."""
+    if not isinstance(policy, dict):
+        return "no policy summary"
+    methods = policy.get("allowed_methods")
+    if policy.get("trusted_identities"):
+        auth = "checks the roster against its trusted identities"
+    elif policy.get("allow_unauthenticated"):
+        auth = "UNAUTHENTICATED (no trusted identities, allow-unauthenticated)"
+    else:
+        auth = "no trusted identities"
+    return (
+        f"methods {'any' if methods is None else ', '.join(map(str, methods))}, "
+        f"min rows per vector {policy.get('min_rows_per_vector') or 'none'}, "
+        f"refuse raw rows {str(policy.get('refuse_raw_rows')).lower()}, "
+        f"min sum participants {policy.get('min_sum_participants')}, {auth}"
+    )
 
 
 def predict_on_flower(
@@ -1336,6 +1414,7 @@ def predict_on_flower(
         n_features=session.n_features,
         public_keys=session.public_keys,
         identities=session.identities,
+        nonces=session.nonces,
         n_clients=session.n_clients,
         timeout=timeout,
         allowed_modules=session.allowed_modules,
