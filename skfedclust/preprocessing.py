@@ -245,7 +245,7 @@ class FederatedStandardScaler(_FederatedTransformer):
         client's own statistics to the server.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X`` without ``client_ids``;
-        ``None`` gives two IID clients (the statistics do not depend on it).
+        ``None`` gives three IID clients (the statistics do not depend on it).
     n_jobs : int, default=None
         Parallel client workers.
     random_state : int, RandomState instance or None, default=None

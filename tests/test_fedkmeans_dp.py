@@ -10,6 +10,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import FederatedKMeans
@@ -444,3 +445,74 @@ def test_sphere_packing_without_privacy_starts_within_the_data():
     km = FederatedKMeans(3, init="sphere-packing", random_state=0).fit(X, client_ids=_ids(X))
     central = KMeans(3, n_init=10, random_state=0).fit(X)
     assert km.inertia_ <= 1.05 * central.inertia_
+
+
+# --------------------------------------------------------------------------- #
+# Defaults that work together, and a private start that keeps every cluster
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("seed", range(5))
+def test_dp_with_every_other_parameter_at_its_default_finds_k_clusters(seed):
+    X, y = make_blobs(3000, centers=4, cluster_std=0.5, random_state=1)
+    km = FederatedKMeans(
+        4, privacy="dp", epsilon=1.0, delta=1e-5, bounds=(X.min() - 1, X.max() + 1)
+    )
+    km.set_params(random_state=seed).fit(np.array_split(X, 5))
+    assert len(np.unique(km.labels_)) == 4
+    assert adjusted_rand_score(y, km.labels_) > 0.7
+    assert km.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_cluster_lost_in_the_noise_is_moved_next_to_the_largest_one():
+    from skfedclust.methods._fedkmeans import _relocate_unreliable
+
+    plan = DPPlan(
+        np.zeros(2),
+        np.array([16.0, 4.0]),
+        epsilon=1.0,
+        delta=1e-5,
+        n_starts=1,
+        n_iter=2,
+        moments=False,
+    )
+    new = np.array([[2.0, 2.0], [8.0, 1.0], [12.0, 3.0]])
+    counts = np.array([50.0, 2.0, 400.0])
+    moved, n = _relocate_unreliable(new, counts, 2.0, plan)
+    assert n == 1
+    # A split of the largest cluster along the widest side (16 / (16 * 3)).
+    np.testing.assert_allclose(moved[1], [12.0 + 1 / 3, 3.0])
+    np.testing.assert_allclose(moved[2], [12.0 - 1 / 3, 3.0])
+    np.testing.assert_array_equal(moved[0], new[0])
+    same, n = _relocate_unreliable(new, np.array([50.0, 60.0, 400.0]), 2.0, plan)
+    assert n == 0 and same is new
+
+
+def test_relocation_in_the_last_iteration_warns():
+    X, _ = make_blobs(300, centers=2, cluster_std=0.3, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="too few rows to tell from the noise"):
+        FederatedKMeans(
+            12, privacy="dp", epsilon=0.5, bounds=(X.min() - 1, X.max() + 1), random_state=0
+        ).fit(np.array_split(X, 3))
+
+
+def test_no_epsilon_is_claimed_when_the_bounds_came_from_the_data():
+    X, _ = make_blobs(300, centers=2, random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="privacy_spent_ is None"):
+        km = FederatedKMeans(2, privacy="dp", epsilon=1.0, random_state=0).fit(np.array_split(X, 3))
+    assert km.privacy_spent_ is None
+    assert km.privacy_accountant_ is not None  # what the noisy releases spent, for the record
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"epsilon": 1e300}, "epsilon"),
+        ({"epsilon": math.inf}, "epsilon"),
+        ({"bounds": (-1e300, 1e300)}, "bounds reach beyond"),
+        ({"bounds": (-math.inf, 1.0)}, "bounds must be finite"),
+    ],
+)
+def test_dp_parameters_out_of_range_are_refused_clearly(params, message):
+    X, _ = make_blobs(90, centers=2, random_state=0)
+    kwargs = {"privacy": "dp", "epsilon": 1.0, "bounds": (-20.0, 20.0), **params}
+    with pytest.raises(ValueError, match=message):
+        FederatedKMeans(2, **kwargs).fit(np.array_split(X, 3))

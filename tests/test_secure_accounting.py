@@ -87,3 +87,42 @@ def test_inputs_are_checked():
         PrivacyAccountant(neighbouring="swap")
     assert gaussian_epsilon(0.0, 1e-5) == 0.0
     assert np.isfinite(gaussian_sigma(1e-300, 1e-300, 1e-5))
+
+
+# --------------------------------------------------------------------------- #
+# One range for every argument, and clear errors
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("count", [-3, 0, 2.9, True, "2"])
+def test_a_count_is_an_integer_of_at_least_one(count):
+    accountant = PrivacyAccountant(epsilon=1.0)
+    accountant.charge("sums", sensitivity=1.0, sigma=100.0)
+    before = accountant.spent()
+    with pytest.raises(ValueError, match="count must be an int >= 1"):
+        accountant.charge("sums", sensitivity=1.0, sigma=100.0, count=count)
+    assert accountant.spent() == before and len(accountant.releases) == 1  # nothing refunded
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, math.inf, math.nan, 1e300, True])
+def test_epsilon_is_finite_positive_and_within_the_calibrated_range(epsilon):
+    with pytest.raises(ValueError, match="epsilon"):
+        gaussian_sigma(1.0, epsilon, 1e-5)
+    with pytest.raises(ValueError, match="epsilon"):
+        PrivacyAccountant(epsilon=epsilon)
+
+
+@pytest.mark.parametrize(
+    ("sensitivity", "sigma"), [(1.0, 1e-300), (math.inf, 1.0), (1.0, math.inf), (1.0, 0.0)]
+)
+def test_a_release_without_noise_to_speak_of_is_refused(sensitivity, sigma):
+    with pytest.raises(ValueError, match="sigma|sensitivity"):
+        PrivacyAccountant().charge("sums", sensitivity=sensitivity, sigma=sigma)
+
+
+def test_the_largest_epsilon_still_calibrates():
+    from skfedclust.secure._accounting import MAX_EPSILON
+
+    sigma = gaussian_sigma(1.0, MAX_EPSILON, 1e-5)
+    assert 0 < sigma < 1e-3
+    accountant = PrivacyAccountant()
+    accountant.charge("sums", sensitivity=1.0, sigma=sigma)
+    assert accountant.spent()[0] == pytest.approx(MAX_EPSILON, rel=1e-6)

@@ -686,7 +686,7 @@ class DCClustering(BaseFederatedClustering):
     max_iter : int, default=300
         Iterations of each k-means run.
     partition : int, partition specification or None, default=None
-        How to simulate parties from a pooled ``X``: ``None`` gives two IID row
+        How to simulate parties from a pooled ``X``: ``None`` gives three IID row
         groups holding all features, as for every estimator of the package; an
         int that many IID row groups; a
         :class:`~skfedclust.partition.HybridPartition` or

@@ -549,7 +549,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
-        split, ``None`` two IID clients.
+        split, ``None`` three IID clients.
     n_jobs : int, default=None
         Number of parallel client workers (joblib).
     random_state : int, RandomState instance or None, default=None

@@ -17,15 +17,17 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply
-from ..federation._inputs import input_form
+from ..federation._inputs import MAX_MAGNITUDE, input_form
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import thread_pool
 from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
+from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._kfed import kfed_local_centers, kfed_server_step
@@ -601,6 +603,37 @@ def _dp_centers(centers, sums, counts, plan, noise):
     return plan.clip_centers(new)
 
 
+def _relocate_unreliable(new, counts, noise, plan):
+    """Move the centers of clusters lost in the noise next to the largest clusters' centers.
+
+    A cluster whose noisy count is below ``max(1, 3 noise)`` would keep its
+    center for good (an empty cluster). Each takes the place of a split of
+    the cluster with the largest noisy count that is not split yet: the
+    donor's new center moved by a sixteenth of the box's widest side
+    divided by the number of clusters, the donor's moved back as far. Only
+    released values (noisy counts, the new centers) and the public box are
+    read: post-processing, at no privacy cost.
+
+    Returns
+    -------
+    centers : ndarray
+    relocated : int
+        How many centers moved.
+    """
+    unreliable = np.flatnonzero(counts < max(1.0, 3.0 * noise))
+    if not unreliable.size:
+        return new, 0
+    widest = int(np.argmax(plan.upper - plan.lower))
+    step = np.zeros(new.shape[1])
+    step[widest] = (plan.upper[widest] - plan.lower[widest]) / (16.0 * len(new))
+    donors = [int(j) for j in np.argsort(-counts, kind="stable") if j not in set(unreliable)]
+    out = new.copy()
+    for empty, donor in zip(unreliable, donors):
+        out[empty] = new[donor] + step
+        out[donor] = new[donor] - step
+    return plan.clip_centers(out), int(min(len(unreliable), len(donors)))
+
+
 def _donors(counts, inertia):
     """Donor clusters for the empty ones: the largest inertia first, two rows at least."""
     n_empty = int(np.count_nonzero(counts == 0))
@@ -632,9 +665,11 @@ class FederatedKMeans(
     ----------
     n_clusters : int, default=8
         Number of clusters.
-    init : {"k-fed", "random", "sphere-packing"} or array-like of shape \
-            (n_clusters, n_features), default="k-fed"
-        Initial centers. ``"k-fed"``: the one-shot k-FED centers (every
+    init : {"auto", "k-fed", "random", "sphere-packing"} or array-like of shape \
+            (n_clusters, n_features), default="auto"
+        Initial centers. ``"auto"``: ``"k-fed"`` in the clear, ``"sphere-packing"``
+        under ``privacy="dp"`` (the private start that measured best, see
+        ``benchmarks/results/dp_fedkmeans.md``). ``"k-fed"``: the one-shot k-FED centers (every
         client uploads the centers of a local k-means, the server clusters
         them; see :class:`~skfedclust.KFed`). ``"random"``: centers drawn from
         a Gaussian with the securely aggregated mean and per-feature variance
@@ -644,7 +679,10 @@ class FederatedKMeans(
         (Su et al., 2016, as diffprivlib's ``KMeans``); the box is ``bounds``
         under ``privacy="dp"`` (no privacy cost: the start to use there),
         else two standard deviations around the pooled mean. An array: these
-        centers.
+        centers. Under ``privacy="dp"`` a cluster whose noisy count is lost in
+        the noise is moved next to the largest cluster's center (a split,
+        computed from released values only), with a ``ConvergenceWarning`` if
+        that happens in the last iteration.
     n_init : int, default=1
         Restarts (different k-FED seed clients, Gaussian draws or packings);
         the fit of lowest federated inertia is kept (under ``privacy="dp"``
@@ -694,7 +732,7 @@ class FederatedKMeans(
         rule of Su et al. (2016), between 2 and 7 iterations, more for a
         larger budget or more rows per cluster, as diffprivlib's ``KMeans``.
     partition : int, partition specification or None, default=None
-        How to simulate clients from a pooled ``X``; ``None`` gives two IID
+        How to simulate clients from a pooled ``X``; ``None`` gives three IID
         clients.
     n_jobs : int, default=None
         Number of clients run side by side on threads (joblib's
@@ -728,7 +766,8 @@ class FederatedKMeans(
         Number of features seen during fit.
     privacy_spent_ : tuple of (float, float) or None
         ``(epsilon, delta)`` spent under ``privacy="dp"``, read from
-        ``privacy_accountant_``; None otherwise.
+        ``privacy_accountant_``; None otherwise, and None with ``bounds=None``
+        (the box read from the data is outside the guarantee).
     privacy_accountant_ : PrivacyAccountant or None
         Every release of the private fit, charged before it was made.
     noise_scales_ : dict
@@ -839,7 +878,7 @@ class FederatedKMeans(
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
-        "init": [StrOptions({"k-fed", "random", "sphere-packing"}), "array-like"],
+        "init": [StrOptions({"auto", "k-fed", "random", "sphere-packing"}), "array-like"],
         "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -847,7 +886,7 @@ class FederatedKMeans(
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
         "privacy": [StrOptions({"dp"}), None],
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+        "epsilon": [Interval(numbers.Real, 0, MAX_EPSILON, closed="right")],
         "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
         "bounds": [tuple, list, None],
         "dp_max_iter": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
@@ -857,7 +896,7 @@ class FederatedKMeans(
         self,
         n_clusters=8,
         *,
-        init="k-fed",
+        init="auto",
         n_init=1,
         max_iter=300,
         tol=1e-4,
@@ -1172,8 +1211,8 @@ class FederatedKMeans(
         if self.bounds is None:
             warnings.warn(
                 "privacy='dp' without bounds: each client sends its per-feature minimum and "
-                "maximum, which the (epsilon, delta) guarantee does not cover; pass public "
-                "bounds=(lower, upper) to keep the data out of them",
+                "maximum, which the (epsilon, delta) guarantee does not cover (privacy_spent_ "
+                "is None); pass public bounds=(lower, upper) to keep the data out of them",
                 PrivacyLeakWarning,
                 stacklevel=6,
             )
@@ -1198,6 +1237,11 @@ class FederatedKMeans(
                 ) from None
         if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
             raise ValueError("bounds must be finite")
+        if max(np.abs(lower).max(), np.abs(upper).max()) > MAX_MAGNITUDE:
+            raise ValueError(
+                f"bounds reach beyond {MAX_MAGNITUDE:.0e}, where the squared distances and the "
+                "noise of the private sums overflow float64: rescale the data and the bounds"
+            )
         if np.any(lower > upper):
             raise ValueError("bounds: every lower bound must be at most its upper bound")
         if not np.any(upper > lower):
@@ -1273,7 +1317,9 @@ class FederatedKMeans(
             if best is None or inertia < best[0]:
                 best = (inertia, centers, n_iter)
         self.inertia_, self.cluster_centers_, self.n_iter_ = best
-        self.privacy_spent_ = accountant.spent()
+        # Bounds read from the data are a release no accountant covers: no
+        # (epsilon, delta) can be claimed for the fit.
+        self.privacy_spent_ = None if self.bounds is None else accountant.spent()
         if len(starts) > 1:
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=everyone)
             runtime.stage("client step: nearest-center labels")
@@ -1330,7 +1376,7 @@ class FederatedKMeans(
         """``plan.n_iter`` private Lloyd iterations at most: centers, iterations."""
         centers = np.array(centers, dtype=np.float64)
         half = float(np.max(plan.upper - plan.lower)) / 2
-        n_iter = 0
+        n_iter = relocated = 0
         visited = set()
         for i in range(plan.n_iter):
             participants = self._sample(active, random_state)
@@ -1360,6 +1406,7 @@ class FederatedKMeans(
             # The noise of the counts in the sum (every answering client's share).
             noise = plan.sigma_counts * factor * math.sqrt(len(survivors))
             new = _dp_centers(centers, sums, counts, plan, noise)
+            new, relocated = _relocate_unreliable(new, counts, noise, plan)
             shift = float(((new - centers) ** 2).sum())
             visited.add(centers.tobytes())
             centers = new
@@ -1371,6 +1418,15 @@ class FederatedKMeans(
                 # iteration cycles, and nodes refuse a second sum of the same
                 # statistic over other clients (it would give away the difference).
                 break
+        if relocated:
+            warnings.warn(
+                f"{relocated} of the {self.n_clusters} clusters held too few rows to tell from "
+                "the noise in the last private iteration; their centers were moved next to the "
+                "largest clusters (at no privacy cost). Fewer clusters, a larger epsilon or "
+                "more rows help.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return centers, n_iter
 
     def _dp_inertia(self, runtime, adder, plan, accountant, centers, active, output):

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
 from ..federation import Reply, bound_only
 from ..partition import IIDPartition
-from ..secure._accounting import NEIGHBOURING_RELATIONS, PrivacyAccountant
+from ..secure._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
     add_gaussian_noise,
     clip_rows,
@@ -784,7 +784,7 @@ class FedSpectralClustering(BaseFederatedClustering):
         ],
         "kmeans_n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "privacy": [StrOptions({"data", "factors"}), None],
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "epsilon": [Interval(numbers.Real, 0, MAX_EPSILON, closed="right"), None],
         "delta": [Interval(numbers.Real, 0, 1, closed="neither"), None],
         "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "coef_clip": [Interval(numbers.Real, 0, None, closed="neither"), None],

@@ -168,7 +168,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
-        split, ``None`` two IID clients.
+        split, ``None`` three IID clients.
     n_jobs : int, default=None
         Number of parallel client workers (joblib).
     random_state : int, RandomState instance or None, default=None

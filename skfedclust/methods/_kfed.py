@@ -148,7 +148,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
-        split, ``None`` two IID clients. Ignored for a list of client arrays or
+        split, ``None`` three IID clients. Ignored for a list of client arrays or
         with ``client_ids``.
     n_jobs : int, default=None
         Number of parallel client workers (joblib).

@@ -115,7 +115,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     max_iter : int, default=300
         Iterations of each local k-means.
     partition : int, partition specification or None, default=None
-        How to simulate clients from a pooled ``X``; ``None`` gives two IID
+        How to simulate clients from a pooled ``X``; ``None`` gives three IID
         clients.
     n_jobs : int, default=None
         Number of parallel client workers (joblib).

@@ -70,9 +70,20 @@ def _quietly(function, *args):
         return function(*args)
 
 
+#: The largest epsilon the helpers take: far beyond any meaningful guarantee
+#: (1e5 is the package's "no noise to speak of"), and where the analytic
+#: calibration is still exact.
+MAX_EPSILON = 1e6
+#: The largest sensitivity / sigma ratio an accountant composes (mu); a
+#: larger one is no noise at all and overflows mu squared.
+MAX_MU = 1e100
+
+
 def _check(value, name, *, low=0.0, high=math.inf, strict_low=True, strict_high=False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
         raise ValueError(f"{name} must be a real number, got {value!r}")
+    if math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
     too_low = value <= low if strict_low else value < low
     too_high = value >= high if strict_high else value > high
     if too_low or too_high:
@@ -115,19 +126,33 @@ def gaussian_sigma(sensitivity, epsilon, delta, compositions=1):
     2.0
     """
     sensitivity = _check(sensitivity, "sensitivity")
-    epsilon = _check(epsilon, "epsilon")
+    epsilon = check_epsilon(epsilon)
     delta = _check(delta, "delta", high=1.0, strict_high=True)
-    if isinstance(compositions, bool) or not isinstance(compositions, numbers.Integral):
-        raise ValueError(f"compositions must be an int >= 1, got {compositions!r}")
-    if compositions < 1:
-        raise ValueError(f"compositions must be an int >= 1, got {compositions!r}")
+    compositions = _check_count(compositions, "compositions")
     multiplier = _quietly(_gaussian().get_sigma_gaussian, epsilon, delta)
-    return float(multiplier * sensitivity * math.sqrt(compositions))
+    sigma = float(multiplier * sensitivity * math.sqrt(compositions))
+    if not math.isfinite(sigma):
+        raise ValueError(
+            f"the noise for sensitivity={sensitivity:g} over {compositions} releases overflows "
+            "float64: rescale the data (smaller bounds)"
+        )
+    return sigma
+
+
+def check_epsilon(epsilon, name="epsilon"):
+    """``epsilon`` as a float, or a clear error: finite, in ``(0, MAX_EPSILON]``."""
+    return _check(epsilon, name, high=MAX_EPSILON)
+
+
+def _check_count(count, name):
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {count!r}")
+    return int(count)
 
 
 def gaussian_epsilon(mu, delta):
     """The epsilon at ``delta`` of a ``mu``-GDP mechanism (0 for ``mu = 0``)."""
-    mu = _check(mu, "mu", strict_low=False)
+    mu = _check(mu, "mu", strict_low=False, high=MAX_MU)
     delta = _check(delta, "delta", high=1.0, strict_high=True)
     if mu == 0:
         return 0.0
@@ -197,7 +222,7 @@ class PrivacyAccountant:
 
     def __init__(self, epsilon=None, delta=1e-5, neighbouring="replace-one"):
         if epsilon is not None:
-            epsilon = _check(epsilon, "epsilon")
+            epsilon = check_epsilon(epsilon)
         self.epsilon = epsilon
         self.delta = _check(delta, "delta", high=1.0, strict_high=True)
         if neighbouring not in NEIGHBOURING_RELATIONS:
@@ -225,10 +250,21 @@ class PrivacyAccountant:
         return math.sqrt(max(total**2 - self.mu**2, 0.0))
 
     def charge(self, what, *, sensitivity, sigma, count=1):
-        """Record ``count`` Gaussian releases; refuse them if they break the budget."""
-        release = Release(
-            str(what), _check(sensitivity, "sensitivity"), _check(sigma, "sigma"), int(count)
-        )
+        """Record ``count`` Gaussian releases; refuse them if they break the budget.
+
+        ``sensitivity`` and ``sigma`` are finite and > 0, ``count`` an int >= 1
+        (a count below 1 would refund budget); a clear :class:`ValueError`
+        otherwise, before anything is recorded.
+        """
+        sensitivity = _check(sensitivity, "sensitivity")
+        sigma = _check(sigma, "sigma")
+        count = _check_count(count, "count")
+        if sensitivity / sigma > MAX_MU / math.sqrt(count):
+            raise ValueError(
+                f"sigma={sigma:g} for sensitivity={sensitivity:g} is no noise at all (mu above "
+                f"{MAX_MU:g}); refusing to account it"
+            )
+        release = Release(str(what), sensitivity, sigma, count)
         if self.epsilon is not None:
             mu = math.sqrt(self.mu**2 + release.mu_squared)
             epsilon = gaussian_epsilon(mu, self.delta)
