@@ -28,6 +28,12 @@ node therefore checks each request against its own policy before it answers:
     one party (which holds the anchors' recipe) sees the anchors and their
     images, solves for the node's map and inverts it: exactly when the map
     keeps every dimension, up to the dimensions it drops otherwise.
+``dp-epsilon``, ``dp-delta``
+    The node's own differential-privacy budget for a fit (no budget by
+    default; ``dp-delta`` 1e-5). Every noisy release a step makes is charged
+    to the node's own accountant, from the public bounds and the noise the
+    release holds, before the noise is drawn: a release the budget cannot
+    pay, or one with no noise, is refused (replace-one neighbours).
 ``min-sum-participants``
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
@@ -81,6 +87,15 @@ def _flag(value, field):
     raise ValueError(f"node config {field}={value!r}: expected true or false")
 
 
+def _number(value, field):
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node config {field}={value!r}: expected a number") from exc
+
+
 def _method_module(name):
     import skfedclust
 
@@ -123,6 +138,11 @@ class NodePolicy:
     dc_full_rank_maps : bool, default=False
         Let DC-Clustering map the node's rows to as many dimensions as it has
         features (invertible by the server colluding with one party).
+    dp_epsilon : float or None, default=None
+        The node's own budget for the noisy releases of a fit (``None``: no
+        budget; releases are still checked to carry noise).
+    dp_delta : float, default=1e-5
+        The delta of that budget.
     """
 
     def __init__(
@@ -133,6 +153,8 @@ class NodePolicy:
         min_sum_participants=DEFAULT_MIN_SUM_PARTICIPANTS,
         raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE,
         dc_full_rank_maps=False,
+        dp_epsilon=None,
+        dp_delta=1e-5,
     ):
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
@@ -159,6 +181,10 @@ class NodePolicy:
             )
         self.raw_row_tolerance = tolerance
         self.dc_full_rank_maps = bool(dc_full_rank_maps)
+        from ..secure._accounting import _check, check_epsilon
+
+        self.dp_epsilon = None if dp_epsilon is None else check_epsilon(dp_epsilon, "dp-epsilon")
+        self.dp_delta = _check(dp_delta, "dp-delta", high=1.0, strict_high=True)
         if isinstance(min_sum_participants, bool) or int(min_sum_participants) < 2:
             raise ValueError(
                 f"min-sum-participants must be an int >= 2 (a sum of one client is its "
@@ -201,6 +227,8 @@ class NodePolicy:
             dc_full_rank_maps=_flag(
                 node_config.get("dc-full-rank-maps", False), "dc-full-rank-maps"
             ),
+            dp_epsilon=_number(node_config.get("dp-epsilon"), "dp-epsilon"),
+            dp_delta=_number(node_config.get("dp-delta", 1e-5), "dp-delta"),
             min_sum_participants=(
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),
@@ -294,7 +322,8 @@ class NodePolicy:
             f"refuse_raw_rows={'strict' if self.strict_rows else self.refuse_raw_rows!r}, "
             f"min_sum_participants={self.min_sum_participants!r}, "
             f"raw_row_tolerance={self.raw_row_tolerance!r}, "
-            f"dc_full_rank_maps={self.dc_full_rank_maps!r})"
+            f"dc_full_rank_maps={self.dc_full_rank_maps!r}, "
+            f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r})"
         )
 
 

@@ -29,6 +29,7 @@ from ..federation._runtime import thread_pool
 from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
 from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
+from ..secure._node_dp import charge_node, private_normal
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._kfed import kfed_local_centers, kfed_server_step
 
@@ -364,71 +365,119 @@ def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
 # --------------------------------------------------------------------------- #
 # Differentially private Lloyd (privacy="dp")
 # --------------------------------------------------------------------------- #
-def _gaussian(party, sigma, shape):
-    # The party's private generator: nobody else can regenerate its noise.
-    return party.rng.normal(0.0, sigma, size=shape) if sigma > 0 else np.zeros(shape)
-
-
 def fedkmeans_dp_extremes(data, inbox, state, party):
     """Client step: per-feature minimum and maximum of the rows (bounds from the data)."""
     return Reply(send=(data.min(axis=0), data.max(axis=0)))
 
 
-def fedkmeans_dp_moments(data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares):
+def dp_moments_exact(data, lower, upper):
+    """The column sums of the rows clipped to the box and centred on its midpoint, and of their
+    squares (before any noise)."""
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    centred = np.clip(data, lower, upper) - (lower + upper) / 2
+    return centred.sum(axis=0), np.einsum("ij,ij->j", centred, centred)
+
+
+def dp_lloyd_exact(data, centers, lower, upper):
+    """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise."""
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
+    # Deviations from the centers, moved to the midpoint: every row then adds
+    # at most half the box's diagonal, whatever the centers.
+    return sums + counts[:, None] * (centers - (lower + upper) / 2), counts
+
+
+def dp_inertia_exact(data, centers, lower, upper):
+    """The clipped rows' squared distances to their nearest center, summed (no noise)."""
+    clipped = np.clip(data, np.asarray(lower), np.asarray(upper))
+    deviations = clipped - centers[nearest_center(clipped, centers)]
+    return np.array([np.einsum("ij,ij->", deviations, deviations)])
+
+
+def _box_diagonal(lower, upper):
+    return float(np.linalg.norm(np.asarray(upper, dtype=np.float64) - np.asarray(lower)))
+
+
+def fedkmeans_dp_moments(
+    data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares, noise_share
+):
     """Client step of the private ``"random"`` start: noisy first and second moments.
 
     Rows are clipped to the public box ``[lower, upper]`` and centred on its
     midpoint; sent are the column sums of the centred rows and of their
-    squares, each with Gaussian noise of the given standard deviation drawn
-    from the party's private generator.
+    squares. ``sigma_sums`` and ``sigma_squares`` are the noise each released
+    total holds, made of ``noise_share`` clients' shares: the node charges both
+    releases to its own accountant (sensitivities from the box), then adds its
+    share ``sigma / sqrt(noise_share)`` from its cryptographic generator.
     """
-    lower, upper = np.asarray(lower), np.asarray(upper)
-    centred = np.clip(data, lower, upper) - (lower + upper) / 2
+    width = np.asarray(upper, dtype=np.float64) - np.asarray(lower)
+    keep = charge_node(
+        state,
+        party,
+        [
+            ("column sums", _box_diagonal(lower, upper), sigma_sums),
+            (
+                "column sums of squares",
+                max(float(np.linalg.norm(width**2)) / 4.0, np.finfo(float).tiny),
+                sigma_squares,
+            ),
+        ],
+        noise_share,
+    )
+    sums, squares = dp_moments_exact(data, lower, upper)
+    share = 1.0 / math.sqrt(noise_share)
     d = data.shape[1]
     return Reply(
         send=(
-            centred.sum(axis=0) + _gaussian(party, sigma_sums, d),
-            np.einsum("ij,ij->j", centred, centred) + _gaussian(party, sigma_squares, d),
-        )
+            sums + private_normal(party, share * sigma_sums, d),
+            squares + private_normal(party, share * sigma_squares, d),
+        ),
+        keep=keep,
     )
 
 
-def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, sigma_counts):
+def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, noise_share):
     """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
 
     Rows are clipped to the public box, assigned to the nearest of the
-    server's centers, and summed per cluster around the box's midpoint; the
-    sums get Gaussian noise of standard deviation ``sigma``, the counts of
-    ``sigma_counts``, both from the party's private generator.
+    server's centers, and summed per cluster around the box's midpoint. The
+    released sums hold Gaussian noise of standard deviation ``sigma``, the
+    counts ``2 sigma / ||w||`` (``w`` the box's width), so the pair is one
+    release of ``mu = ||w|| / sigma``: the node charges it to its own
+    accountant and adds its share of both noises (``noise_share`` clients'
+    shares make them up) from its cryptographic generator.
     """
-    lower, upper = np.asarray(lower), np.asarray(upper)
+    diagonal = _box_diagonal(lower, upper)
+    keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], noise_share)
     centers = np.asarray(inbox[TAG_CENTERS])
-    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
-    # Deviations from the centers, moved to the midpoint: every row then adds
-    # at most half the box's diagonal, whatever the centers.
-    sums = sums + counts[:, None] * (centers - (lower + upper) / 2)
+    sums, counts = dp_lloyd_exact(data, centers, lower, upper)
+    share = 1.0 / math.sqrt(noise_share)
     return Reply(
         send=(
-            sums + _gaussian(party, sigma, sums.shape),
-            counts + _gaussian(party, sigma_counts, counts.shape),
-        )
+            sums + private_normal(party, share * sigma, sums.shape),
+            counts + private_normal(party, share * 2.0 * sigma / diagonal, counts.shape),
+        ),
+        keep=keep,
     )
 
 
-def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, output):
+def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, noise_share, output):
     """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
 
-    With ``output`` the client also hands its user the labels of its rows
-    (nearest center of the rows as they are, as ``predict`` gives).
+    The release (sensitivity ``||w||^2``) is charged to the node's own
+    accountant before its share of the noise is drawn. With ``output`` the
+    client also hands its user the labels of its rows (nearest center of the
+    rows as they are, as ``predict`` gives).
     """
-    lower, upper = np.asarray(lower), np.asarray(upper)
+    keep = charge_node(
+        state, party, [("inertia", _box_diagonal(lower, upper) ** 2, sigma)], noise_share
+    )
     centers = np.asarray(inbox[TAG_CENTERS])
-    clipped = np.clip(data, lower, upper)
-    deviations = clipped - centers[nearest_center(clipped, centers)]
-    inertia = np.array([np.einsum("ij,ij->", deviations, deviations)])
+    inertia = dp_inertia_exact(data, centers, lower, upper)
     labels = nearest_center(data, centers) if output else None
     return Reply(
-        send=inertia + _gaussian(party, sigma, 1),
+        send=inertia + private_normal(party, sigma / math.sqrt(noise_share), 1),
+        keep=keep,
         output={"labels": labels} if output else None,
     )
 
@@ -1255,13 +1304,17 @@ class FederatedKMeans(
         n = int(np.sum(runtime.client_sizes))
         return su_iterations(self.epsilon, n, runtime.n_features, self.n_clusters)
 
-    def _noise_factor(self, participants):
-        """A client's share of the noise: every sum holds at least ``needed`` clients' noise."""
+    def _noise_share(self, participants):
+        """How many clients' shares make up the noise of a sum (each adds ``1 / t`` of it)."""
         if not self.secure_aggregation:
             # Each client's upload reaches the server: each carries the whole noise.
-            return 1.0
+            return 1
         needed = len(participants) // 2 + 1 if self.min_clients is None else self.min_clients
-        return 1.0 / math.sqrt(min(needed, len(participants)))
+        return int(min(needed, len(participants)))
+
+    def _noise_factor(self, participants):
+        """A client's share of the noise's standard deviation, ``1 / sqrt(t)``."""
+        return 1.0 / math.sqrt(self._noise_share(participants))
 
     def _dp_protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
@@ -1356,8 +1409,9 @@ class FederatedKMeans(
             "private moments",
             bounds,
             clients,
-            sigma_sums=factor * plan.sigma_moment_sums,
-            sigma_squares=factor * plan.sigma_moment_squares,
+            sigma_sums=plan.sigma_moment_sums,
+            sigma_squares=plan.sigma_moment_squares,
+            noise_share=self._noise_share(clients),
         )
         # The number of rows is public under replace-one neighbours.
         n = float(np.sum(np.asarray(runtime.client_sizes)[survivors]))
@@ -1398,8 +1452,8 @@ class FederatedKMeans(
                 "noisy cluster statistics",
                 bounds,
                 participants,
-                sigma=factor * plan.sigma,
-                sigma_counts=factor * plan.sigma_counts,
+                sigma=plan.sigma,
+                noise_share=self._noise_share(participants),
             )
             n_iter = i + 1
             runtime.stage(f"iteration {i + 1}: server step, new centers")
@@ -1443,7 +1497,8 @@ class FederatedKMeans(
             "noisy inertia",
             [bound],
             active,
-            sigma=factor * plan.sigma_inertia,
+            sigma=plan.sigma_inertia,
+            noise_share=self._noise_share(active),
             output=output,
         )
         # A noisy sum of squares may come out negative; zero is the nearest inertia.

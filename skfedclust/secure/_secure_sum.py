@@ -62,6 +62,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ._node_dp import MIN_SURVIVORS
 from ._sum_guard import (
     RECORD,
     OpenSum,
@@ -426,6 +427,8 @@ def secure_sum_upload_step(
             int(threshold),
             int(graph["seed"]),
             statistic=statistic,
+            # A noisy step's share of the noise: the sum must hold that many.
+            min_survivors=int(reply.keep.get(MIN_SURVIVORS, 0)),
         ),
         statistics=joined(record, statistic, participants),
         inputs=inputs,
@@ -840,6 +843,13 @@ class SecureAggregator:
         if not uploads:
             raise SecureSumError(f"no client uploaded its vector for the secure sum {tag!r}")
         survivors = sorted(uploads)
+        share = public.get("noise_share")
+        if isinstance(share, numbers.Integral) and len(survivors) < share:
+            # The nodes would refuse to unmask it (each added 1/share of the noise).
+            raise SecureSumError(
+                f"only {len(survivors)} of the {len(participants)} clients of the noisy sum "
+                f"{tag!r} uploaded; its noise needs the shares of {share}"
+            )
         dropped = sorted(set(participants) - set(survivors))
         spec = next(iter(uploads.values()))[1]
         n_components = len(_leaves(spec))

@@ -31,6 +31,9 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
     Unmasking follows the node's own upload of that sum, once; announcing
     dropouts needs the attestation round first, and the announcement unmasked
     is the one attested.
+``noise-share``
+    A node that added ``1 / t`` of a release's noise unmasks no sum announced
+    with fewer than ``t`` survivors (:mod:`skfedclust.secure._node_dp`).
 ``consistent-view``
     Pair keys (for clients announced as dropped) are revealed only when at
     least ``t`` surviving neighbours attested the same announcement through
@@ -81,6 +84,7 @@ class OpenSum:
     survivors: tuple = ()
     dropped: tuple = ()
     statistic: bytes = b""
+    min_survivors: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +280,7 @@ def open_sum_of(record, stage_names, what):
 
 
 def check_announcement(current, me, survivors, dropped, minimum):
+    """The announced survivors and dropped clients, if the node accepts them."""
     survivors = set(_int_list(survivors, "the survivors"))
     dropped = set(_int_list(dropped, "the dropped clients"))
     if survivors & dropped:
@@ -292,5 +297,12 @@ def check_announcement(current, me, survivors, dropped, minimum):
             "min-sum-participants",
             f"{len(survivors)} clients announced as uploaded; this node unmasks sums of at "
             f"least {minimum}",
+        )
+    if len(survivors) < current.min_survivors:
+        raise SumRefusal(
+            "noise-share",
+            f"{len(survivors)} clients announced as uploaded, but this node added 1/"
+            f"{current.min_survivors} of the noise the release needs: a sum of fewer clients "
+            "would hold too little noise",
         )
     return sorted(survivors), sorted(dropped)

@@ -1,0 +1,185 @@
+"""Differential privacy a node enforces itself: its budget, the noise it adds, the t rule.
+
+A malicious coordinator announces the noise of each release. Nodes charge every
+noisy release to their own accountant from the public box, refuse one their
+budget cannot pay or one without noise, add their share of the noise from
+their cryptographic generator, and unmask no noisy sum announced with fewer
+survivors than the shares the noise needs.
+"""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.datasets import make_blobs
+
+from skfedclust import FederatedKMeans
+from skfedclust.federation import Federation, InProcessRuntime, Party, use_runtime
+from skfedclust.federation._policy import NodePolicy
+from skfedclust.methods._fedkmeans import TAG_CENTERS, DPPlan, fedkmeans_dp_lloyd_statistics
+from skfedclust.secure import SecureAggregator
+from skfedclust.secure._node_dp import NODE_ACCOUNTANT, private_normal
+from skfedclust.secure._secure_sum import (
+    TAG_ATTEST,
+    TAG_SURVIVORS,
+    TAG_UPLOAD,
+    secure_sum_attest_step,
+    secure_sum_upload_step,
+)
+from skfedclust.secure._sum_guard import SumRefusal
+
+BOX = (-12.0, 14.0)
+
+
+def simulated_nodes(**budget):
+    """Simulated parties with a node's own DP budget (harvest checks off, as in a simulation)."""
+    policy = NodePolicy(min_rows_per_vector=None, refuse_raw_rows=False, **budget)
+    return use_runtime(functools.partial(InProcessRuntime, policy=policy))
+
+
+def _clients(n=600, n_clients=5):
+    X, y = make_blobs(n, centers=3, random_state=0)
+    return X, y, np.array_split(X, n_clients)
+
+
+def refused(rule):
+    return pytest.raises(SumRefusal, match=f"refused by rule '{rule}'")
+
+
+def test_a_fit_over_a_nodes_budget_is_refused_by_the_node():
+    _, _, clients = _clients()
+    estimator = FederatedKMeans(3, privacy="dp", epsilon=1.0, bounds=BOX, random_state=0)
+    with simulated_nodes(dp_epsilon=0.5), refused("dp-budget"):
+        estimator.fit(clients)
+    with simulated_nodes(dp_epsilon=1.0):
+        estimator.fit(clients)
+    assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
+
+
+def _runtime(n_clients=6, policy=None):
+    X = np.random.RandomState(0).normal(size=(30 * n_clients, 2))
+    federation = Federation(X, np.array_split(np.arange(len(X)), n_clients))
+    federation.spawn_seeds(np.random.RandomState(1))
+    return InProcessRuntime(federation, private_entropy=[3], policy=policy)
+
+
+def _noisy_upload(runtime, aggregator, *, sigma, noise_share, run_on=None, sum_id=50):
+    """The coordinator's own upload request for a noisy Lloyd sum."""
+    participants = list(range(runtime.n_clients))
+    runtime.broadcast(np.zeros((2, 2)), tag=TAG_CENTERS, clients=run_on or participants)
+    from skfedclust.federation._runtime import client_step_name
+    from skfedclust.secure._secure_sum import fixed_point_shift
+
+    return runtime.run(
+        secure_sum_upload_step,
+        tag=TAG_UPLOAD,
+        clients=run_on or participants,
+        inner=client_step_name(fedkmeans_dp_lloyd_statistics),
+        inner_public={
+            "lower": np.full(2, BOX[0]),
+            "upper": np.full(2, BOX[1]),
+            "sigma": sigma,
+            "noise_share": noise_share,
+        },
+        sum_id=sum_id,
+        participants=participants,
+        graph=aggregator.graph,
+        threshold=aggregator._threshold(participants),
+        shifts=[fixed_point_shift(1e6, len(participants))] * 2,
+        n_clients=len(participants),
+    )
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0, 1e-300, math.inf])
+def test_a_release_without_noise_is_refused_even_without_a_budget(sigma):
+    runtime = _runtime()
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.setup()
+    with refused("dp-noise"):
+        _noisy_upload(runtime, aggregator, sigma=sigma, noise_share=4)
+
+
+def test_less_noise_than_the_nodes_budget_needs_is_refused():
+    # The server asks for the noise of epsilon = 10 from nodes that allow 1.
+    plan = DPPlan(
+        *(np.full(2, b) for b in BOX), epsilon=10.0, delta=1e-5, n_starts=1, n_iter=1, moments=False
+    )
+    runtime = _runtime(
+        policy=NodePolicy.simulation().__class__(
+            min_rows_per_vector=None, refuse_raw_rows=False, dp_epsilon=1.0
+        )
+    )
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.setup()
+    with refused("dp-budget"):
+        _noisy_upload(runtime, aggregator, sigma=plan.sigma, noise_share=4)
+
+
+def test_a_nodes_budget_holds_over_the_whole_fit():
+    plan = DPPlan(
+        *(np.full(2, b) for b in BOX), epsilon=1.0, delta=1e-5, n_starts=1, n_iter=1, moments=False
+    )
+    runtime = _runtime(
+        policy=NodePolicy(min_rows_per_vector=None, refuse_raw_rows=False, dp_epsilon=1.0)
+    )
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.setup()
+    # One release of mu at epsilon 1 spends the whole budget...
+    _noisy_upload(runtime, aggregator, sigma=plan.sigma / math.sqrt(2), noise_share=4, sum_id=50)
+    spent = runtime.private_states()[0][NODE_ACCOUNTANT].spent()[0]
+    assert 0.9 < spent <= 1.0 + 1e-9
+    # ... and a second one is refused, whatever the server announces.
+    with refused("dp-budget"):
+        _noisy_upload(runtime, aggregator, sigma=plan.sigma, noise_share=4, sum_id=60)
+
+
+def test_a_noisy_sum_announced_with_fewer_survivors_than_its_noise_share_is_not_unmasked():
+    runtime = _runtime()
+    aggregator = SecureAggregator(runtime, seed=0)
+    aggregator.setup()
+    uploaded = [0, 1, 2, 3]  # each added 1/5 of the noise: the sum of 4 holds 4/5 of it
+    _noisy_upload(runtime, aggregator, sigma=50.0, noise_share=5, run_on=uploaded)
+    runtime.broadcast(
+        {"survivors": np.array(uploaded), "dropped": np.array([4, 5])},
+        tag=TAG_SURVIVORS,
+        clients=uploaded,
+    )
+    with refused("noise-share"):
+        runtime.run(secure_sum_attest_step, tag=TAG_ATTEST, clients=uploaded)
+
+
+def test_the_server_stops_a_noisy_sum_short_of_its_shares_before_unmasking():
+    from skfedclust.methods import _fedkmeans
+    from skfedclust.secure import SecureSumError
+
+    class Losing(InProcessRuntime):
+        def _lost(self, tag, party):
+            return tag == TAG_UPLOAD and party in (1, 2) and self._exchange >= 3
+
+    _, _, clients = _clients()
+    estimator = FederatedKMeans(
+        3, privacy="dp", epsilon=1.0, bounds=BOX, min_clients=5, random_state=0
+    )
+    with (
+        use_runtime(Losing),
+        pytest.raises(
+            (SecureSumError, _fedkmeans.FederatedKMeansError), match="noise needs the shares of 5"
+        ),
+    ):
+        estimator.fit(clients)
+
+
+def test_the_noise_comes_from_the_cryptographic_generator_and_is_gaussian():
+    party = Party(0, 0, [5], stream=(1,))
+    noise = private_normal(party, 2.0, (200, 50))
+    assert noise.shape == (200, 50)
+    assert stats.kstest(noise.ravel() / 2.0, "norm").pvalue > 1e-3
+    # Reproducible in a simulation, fresh for every stream, independent of the rng.
+    again = private_normal(Party(0, 0, [5], stream=(1,)), 2.0, (200, 50))
+    np.testing.assert_array_equal(noise, again)
+    other = private_normal(Party(0, 0, [5], stream=(2,)), 2.0, (200, 50))
+    assert abs(np.corrcoef(noise.ravel(), other.ravel())[0, 1]) < 0.02
+    statistical = Party(0, 0, [5], stream=(1,)).rng.normal(0, 2.0, (200, 50))
+    assert not np.allclose(noise, statistical)

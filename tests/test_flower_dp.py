@@ -1,0 +1,30 @@
+"""Node-side differential privacy on Flower's in-process grid: a node's own budget holds."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("cryptography")
+
+from test_flower import _clients, _fit_with_policy  # noqa: E402
+
+from skfedclust import FederatedKMeans  # noqa: E402
+from skfedclust.flower import FlowerNodeError  # noqa: E402
+
+
+def test_a_node_refuses_a_fit_over_its_own_budget_on_flower():
+    clients = _clients(n=4)
+    box = (-15.0, 15.0)
+    with pytest.raises(FlowerNodeError, match="dp-budget"):
+        _fit_with_policy(
+            FederatedKMeans(4, privacy="dp", epsilon=1.0, bounds=box, random_state=0),
+            clients,
+            **{"dp-epsilon": 0.5},
+        )
+    estimator, _ = _fit_with_policy(
+        FederatedKMeans(4, privacy="dp", epsilon=1.0, bounds=box, random_state=0),
+        clients,
+        **{"dp-epsilon": 1.0},
+    )
+    assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
+    assert np.all(np.isfinite(estimator.cluster_centers_))
