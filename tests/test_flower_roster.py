@@ -351,6 +351,7 @@ class _Grid(Grid):
     keeps every reply."""
 
     def __init__(self, nodes, tamper=None, drop=None):
+        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 0, 0
         self.nodes, self.tamper, self.drop = nodes, tamper, drop
         self.replies = []
 
@@ -505,3 +506,38 @@ def test_only_a_node_that_does_not_answer_drops_out(tmp_path):
 
     estimator = _fit(Nodes(configs, method="Dropping"), Dropping(), drop=lost)
     assert estimator.survivors_ == [0, 1, 2]
+
+
+def zero_to_one(data, inbox, state, party):
+    """Party 0 seals a vector for party 1; nobody else sends anything."""
+    return Reply(to_peers={1: np.ones(2)} if party.index == 0 else {})
+
+
+def read_it(data, inbox, state, party):
+    return Reply(send=np.asarray(inbox["pair"][0]))
+
+
+class Pair(Dropping):
+    def _run_protocol(self, runtime, random_state):
+        runtime.run(zero_to_one, tag="pair")
+        self.read_ = runtime.run(read_it, tag="read", clients=[1])[1]
+        self.cluster_centers_ = np.zeros((1, 2))
+        self.n_clusters_ = 1
+
+
+def test_two_nodes_shown_different_rosters_cannot_read_each_other(tmp_path):
+    # Party 0 is shown slots 2 and 3 swapped: every slot is genuine and distinct,
+    # so its own check passes; but what it seals is bound to the roster it saw,
+    # and party 1, shown the real one, refuses to open it.
+    _, configs = _federation(tmp_path, 4)
+
+    def swap_for_zero(party, roster):
+        if party == 0:
+            roster[2], roster[3] = roster[3], roster[2]
+
+    with pytest.raises(
+        FlowerNodeError, match=r"party 1 \(node 101\) refused.*could not open the sealed message"
+    ):
+        _fit(Nodes(configs, method="Pair"), Pair(), tamper=_rewrite_roster(swap_for_zero))
+    estimator = _fit(Nodes(configs, method="Pair"), Pair())
+    np.testing.assert_array_equal(estimator.read_, np.ones(2))
