@@ -1241,9 +1241,11 @@ def local_deployment(tmp_path):
     """
     deployment = _Deployment(tmp_path)
     (deployment.port,) = _free_ports(1)
-    # flwr writes its default config (with its own 'local' connection) on first
-    # use; the guide's block is appended to it.
-    deployment.flwr("ls", "--help", timeout=60)
+    # As the guide says: 'flwr config list' writes flwr's default config (with its
+    # own 'local' connection) on a fresh machine; the guide's block is appended.
+    assert not (deployment.home / "config.toml").exists()
+    listed = deployment.flwr("config", "list", timeout=60)
+    assert listed.returncode == 0 and (deployment.home / "config.toml").exists(), listed.stderr
     with open(deployment.home / "config.toml", "a") as config:
         config.write("\n" + GUIDE_CONNECTION.format(port=deployment.port))
     try:
@@ -1352,6 +1354,12 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         written = summary["rows_written_by_each_node"][f"{method}-labels"]
         assert written == sizes + [0] * (n_parties - 3)
         assert len(summary["nodes"]) == n_parties
+        # Every node was authenticated and guarded by the policy prepare_data gave it.
+        assert all(identity is not None for identity in summary["identities"])
+        for policy in summary["policies"]:
+            assert policy["trusted_identities"] and not policy["allow_unauthenticated"]
+            assert policy["min_sum_participants"] == 3 and policy["refuse_raw_rows"] is True
+            assert policy["min_rows_per_vector"] == 2 and len(policy["allowed_methods"]) == 10
         checked.append(method)
     assert len(checked) == 10
     # One method's run leaves the plain labels-path alone; nothing of the run
@@ -1404,6 +1412,8 @@ def test_flwr_run_simulates_the_example_app_on_its_demo_data(tmp_path):
     summary = json.loads(summary_path.read_text())
     _, reference = _demo_reference(3)
     np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
+    # The simulated nodes (one person's public demo data) run unauthenticated, and say so.
+    assert [p["allow_unauthenticated"] for p in summary["policies"]] == [True] * 3
     written = tmp_path / "home" / "skfedclust-flower-output" / "simulation"
     labels = np.concatenate([np.load(written / f"labels_{i}.npy") for i in range(3)])
     np.testing.assert_array_equal(labels, reference.labels_)

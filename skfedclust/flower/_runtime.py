@@ -1276,6 +1276,13 @@ def fit_on_flower(
             # node's operator agreed to.
             who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
             runtime.stage(f"party {party}: node {node_id}, {who}; {_describe_policy(policy)}")
+            if not (isinstance(policy, dict) and policy.get("trusted_identities")):
+                logger.warning(
+                    "party %d (node %d) does not authenticate the other parties (no "
+                    "trusted-identities file): its sealed messages resist a passive server only",
+                    party,
+                    node_id,
+                )
         if left_out:
             runtime.stage(f"nodes {left_out}: no data and no party, left out")
         estimator._fit_runtime(runtime, random_state)

@@ -186,6 +186,11 @@ def fit(estimator, grid, config, chosen, n_nodes, out, prefix):
         output_prefix=prefix,
     )
     seconds = time.perf_counter() - started
+    for party, (node, identity, policy) in enumerate(
+        zip(estimator.client_nodes_, estimator.client_identities_, estimator.client_policies_)
+    ):
+        # What each node's operator agreed to, to compare with what they announced.
+        print(f"party {party}: node {node}, identity {identity}, policy {json.dumps(policy)}")
     joblib.dump(estimator, out / f"{prefix}estimator.joblib")
     summary = {
         "method": type(estimator).__name__,
@@ -193,6 +198,8 @@ def fit(estimator, grid, config, chosen, n_nodes, out, prefix):
         "communication": estimator.communication_,
         "transport": estimator.transport_,
         "nodes": estimator.client_nodes_,
+        "identities": estimator.client_identities_,
+        "policies": estimator.client_policies_,
         "rows_written_by_each_node": estimator.client_outputs_,
         "fit_seconds": seconds,
     }
