@@ -1,0 +1,262 @@
+"""An audit of every client step of the package: what it may send, read from the code.
+
+A client step is a module-level function whose first parameters are ``data,
+inbox, state, party`` (what
+:func:`~skfedclust.federation.resolve_client_step` accepts): the only code a
+node runs on a coordinator's request. Its declarations say which of a node's
+rules apply to what it sends (:meth:`NodePolicy.check_outgoing
+<skfedclust.federation._policy.NodePolicy.check_outgoing>`):
+
+* :func:`~skfedclust.federation.bound_only`: it runs only inside a bound
+  agreement, which sends the binary order of its largest entry, never its
+  values;
+* :func:`~skfedclust.federation.releases_rows`: its method releases row-level
+  values by design; a node with ``refuse-raw-rows = strict`` refuses it;
+* neither: what it sends is a summary, counted by ``min-rows-per-vector`` and
+  searched for the node's rows within ``raw-row-tolerance``.
+
+:func:`client_steps` lists them all and :func:`audit_table_rst` renders the
+table of the Security page, so that the page cannot miss a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import re
+
+__all__ = ["ClientStep", "audit_table_rst", "client_steps"]
+
+#: Modules whose client steps serve several methods.
+SHARED_MODULES = (
+    "skfedclust.secure",
+    "skfedclust.federation",
+    "skfedclust.methods._centroid_steps",
+    "skfedclust.preprocessing",
+    "skfedclust.metrics",
+)
+SHARED = "shared"
+
+BOUND_ONLY = "bound-only"
+RELEASES_ROWS = "releases-rows"
+SUMMARIES = "summaries"
+
+_BOUND_ONLY_TEXT = (
+    "only inside a bound agreement (binary orders of its largest entry leave the node)"
+)
+_SUMMARIES_TEXT = "summaries: counted by min-rows-per-vector, rows refused within raw-row-tolerance"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientStep:
+    """One client step and what its declarations let it send.
+
+    Attributes
+    ----------
+    module, name : str
+        Where the step is defined: ``module:name`` is how a coordinator names it.
+    method : str
+        The estimator class whose module defines the step, ``"shared"`` for the
+        modules that serve several methods, or the module itself when neither.
+    kind : str
+        ``"bound-only"``, ``"releases-rows"`` or ``"summaries"``.
+    role : str
+        What leaves the node, in words (with the declared reason for a step that
+        releases rows).
+    per_client_inputs : tuple of str
+        The server messages the step declares may differ from client to client.
+    summary : str
+        The first sentence of the step's docstring.
+    """
+
+    module: str
+    name: str
+    method: str
+    kind: str
+    role: str
+    per_client_inputs: tuple
+    summary: str
+
+    @property
+    def qualified_name(self):
+        """``module:name``, as a coordinator names the step."""
+        return f"{self.module}:{self.name}"
+
+
+def _flower_importable():
+    try:
+        return importlib.util.find_spec("flwr") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _modules():
+    import skfedclust
+
+    skip_flower = not _flower_importable()
+
+    def skipped(name):
+        return skip_flower and (name + ".").startswith("skfedclust.flower.")
+
+    def onerror(name):
+        if not skipped(name):
+            raise ImportError(f"cannot import {name} to list its client steps")
+
+    yield skfedclust
+    for info in pkgutil.walk_packages(skfedclust.__path__, "skfedclust.", onerror=onerror):
+        if not skipped(info.name):
+            yield importlib.import_module(info.name)
+
+
+def _estimator_modules():
+    from .discovery import all_estimators
+
+    return {cls.__module__: name for name, cls in all_estimators()}
+
+
+def _method(module, estimator_modules):
+    if module in estimator_modules:
+        return estimator_modules[module]
+    if any(module == m or module.startswith(m + ".") for m in SHARED_MODULES):
+        return SHARED
+    return module
+
+
+_ROLE = re.compile(r":[\w:.-]+:`([^`]+)`")
+
+
+def _plain_role(match):
+    # A role's target may be relative to the step's module, which the table is not in:
+    # keep the name it shows, as a literal.
+    text = match[1]
+    if "<" in text and text.endswith(">"):
+        return text[: text.index("<")].strip()
+    shown = text.lstrip("~").rstrip("()")
+    if text.startswith("~"):
+        shown = shown.rsplit(".", 1)[-1]
+    return f"``{shown}``"
+
+
+def _first_sentence(function):
+    doc = inspect.getdoc(function) or ""
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    # A sentence ends at a full stop followed by a capital (not "Eq. 43", "e.g. x").
+    match = re.search(r"[.!?](?=\s+[A-Z(])", paragraph)
+    sentence = paragraph if match is None else paragraph[: match.end()]
+    return _ROLE.sub(_plain_role, sentence)
+
+
+def _declarations(function):
+    if getattr(function, "__skfedclust_bound_only__", False):
+        return BOUND_ONLY, _BOUND_ONLY_TEXT
+    reason = getattr(function, "__skfedclust_releases_rows__", None)
+    if reason is not None:
+        return RELEASES_ROWS, f"releases rows by design: {reason}"
+    return SUMMARIES, _SUMMARIES_TEXT
+
+
+def _is_client_step(module, name, obj):
+    from ..federation._runtime import resolve_client_step
+
+    if not inspect.isfunction(obj) or obj.__module__ != module or obj.__qualname__ != name:
+        return False
+    try:
+        # Role "bound" accepts every client step, bound-only ones included.
+        return resolve_client_step(f"{module}:{name}", ("skfedclust",), role="bound") is obj
+    except PermissionError:
+        return False
+
+
+def client_steps():
+    """Every client step of :mod:`skfedclust`, grouped by method.
+
+    Imports every module of the package (those of :mod:`skfedclust.flower`
+    only when Flower is installed) and lists each module-level function that
+    :func:`~skfedclust.federation.resolve_client_step` accepts as a client
+    step.
+
+    Returns
+    -------
+    steps : list of ClientStep
+        One record per step: the estimators' steps by class name, then the
+        shared ones, each group in module and source order.
+    """
+    estimator_modules = _estimator_modules()
+    found = {}
+    for module in _modules():
+        for name, obj in vars(module).items():
+            if not _is_client_step(module.__name__, name, obj):
+                continue
+            kind, role = _declarations(obj)
+            step = ClientStep(
+                module=module.__name__,
+                name=name,
+                method=_method(module.__name__, estimator_modules),
+                kind=kind,
+                role=role,
+                per_client_inputs=tuple(sorted(getattr(obj, "__skfedclust_per_client__", ()))),
+                summary=_first_sentence(obj),
+            )
+            found[step.qualified_name] = (obj.__code__.co_firstlineno, step)
+
+    def order(item):
+        line, step = item
+        group = (1, "") if step.method == SHARED else (0, step.method)
+        return (*group, step.module, line)
+
+    return [step for _, step in sorted(found.values(), key=order)]
+
+
+def _escape(text):
+    return re.sub(r"([\\*`|_])", r"\\\1", str(text))
+
+
+def audit_table_rst(steps=None):
+    """The audit as an RST ``list-table``, one row per client step, grouped by method.
+
+    Parameters
+    ----------
+    steps : list of ClientStep or None, default=None
+        The steps to show (default: :func:`client_steps`).
+
+    Returns
+    -------
+    table : str
+        The ``list-table`` directive; the method is named on the first row of
+        its group.
+    """
+    steps = client_steps() if steps is None else steps
+    estimators = set(_estimator_modules().values())
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 14 24 26 12 24",
+        "   :class: skfedclust-step-audit",
+        "",
+        "   * - Method",
+        "     - Client step",
+        "     - What leaves the node",
+        "     - Per-client server messages",
+        "     - What it does",
+    ]
+    previous = None
+    for step in steps:
+        if step.method == previous:
+            method = ""
+        elif step.method in estimators:
+            method = f":class:`~skfedclust.{step.method}`"
+        else:
+            method = _escape(step.method)
+        previous = step.method
+        inputs = ", ".join(_escape(tag) for tag in step.per_client_inputs) or "none"
+        lines += [
+            f"   * - {method}".rstrip(),
+            f"     - ``{step.qualified_name}``",
+            f"     - {_escape(step.role)}",
+            f"     - {inputs}",
+            f"     - {step.summary or '(no docstring)'}",
+        ]
+    return "\n".join(lines) + "\n"
