@@ -73,7 +73,7 @@ def _quietly(function, *args):
 #: The largest epsilon the helpers take: far beyond any meaningful guarantee
 #: (1e5 is the package's "no noise to speak of"), and where the analytic
 #: calibration is still exact.
-MAX_EPSILON = 1e6
+MAX_EPSILON = 1e8
 #: The largest sensitivity / sigma ratio an accountant composes (mu); a
 #: larger one is no noise at all and overflows mu squared.
 MAX_MU = 1e100
