@@ -23,7 +23,7 @@ from sklearn.utils import Bunch, check_array, check_consistent_length, check_ran
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .clusterers import nearest_center
-from .federation import InProcessRuntime, Reply, build_federation, private_entropy
+from .federation import InProcessRuntime, Reply, bound_only, build_federation, private_entropy
 from .secure import SecureAggregator, agree_bound
 
 __all__ = [
@@ -299,6 +299,7 @@ def _moments(data, centers, labels, with_squares):
     return sums, counts, squares
 
 
+@bound_only
 def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels_key, with_squares):
     """Client step: the floats of :func:`cluster_moments_step`, flattened, for a bound.
 
@@ -439,7 +440,7 @@ def secure_calinski_harabasz(
     >>> from skfedclust.metrics import secure_calinski_harabasz
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> km = KMeans(3, n_init=10, random_state=0).fit(X)
-    >>> federation = Federation(X, [range(0, 100), range(100, 300)])
+    >>> federation = Federation(X, [range(0, 100), range(100, 200), range(200, 300)])
     >>> _ = federation.spawn_seeds(np.random.RandomState(0))
     >>> runtime = InProcessRuntime(federation)
     >>> federated = secure_calinski_harabasz(runtime, km.cluster_centers_, random_state=0)

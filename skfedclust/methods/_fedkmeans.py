@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers import nearest_center, normalized_frame, squared_distances
-from ..federation import Federation, InProcessRuntime, Reply
+from ..federation import Federation, InProcessRuntime, Reply, bound_only
 from ..federation._inputs import MAX_MAGNITUDE, input_form
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import thread_pool
@@ -350,6 +350,7 @@ def fedkmeans_inertia(data, inbox, state, party, *, output):
     return Reply(send=inertia, output={"labels": labels} if output else None)
 
 
+@bound_only
 def fedkmeans_nearest_distances(data, inbox, state, party, *, centers):
     """Client step for bound agreement: each row's squared distance to its nearest center."""
     return Reply(send=squared_distances(data, np.asarray(centers)).min(axis=1))
