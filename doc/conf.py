@@ -107,6 +107,7 @@ numpydoc_xref_aliases = {
 # "int, default=1 if X is None", "RandomState instance". The words are left as text; every
 # other token must name a documented object (or an alias above), or the build fails.
 numpydoc_xref_ignore = {
+    "NodePolicy",
     # dimensions
     *("n", "d", "k", "l", "m", "t", "w", "n_i", "n_samples", "n_samples_i", "n_features"),
     *("n_rows", "n_columns", "n_components", "n_clusters", "n_clusters_found", "n_centers"),

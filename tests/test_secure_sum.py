@@ -328,4 +328,3 @@ def test_a_participant_with_too_few_participating_neighbours_is_refused_by_the_s
     with pytest.raises(SecureSumError, match="participating neighbours"):
         aggregator.sum(counts_only, tag="counts", clients=[a, *others])
     assert not [m for m in runtime.ledger.messages if m.tag == TAG_UPLOAD]
-

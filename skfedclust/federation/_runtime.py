@@ -162,7 +162,7 @@ class Party:
         them side by side). A step's results must not depend on it.
     policy : NodePolicy, default=None
         What the party agrees to do (its operator's node config on Flower);
-        ``None`` gives a simulated party's (:meth:`NodePolicy.simulation`).
+        ``None`` gives a simulated party's (``NodePolicy.simulation()``).
         Checks made inside client steps (a secure sum's minimum of
         participants) read it.
 
@@ -699,7 +699,7 @@ class InProcessRuntime(Runtime):
         come from the session.
     policy : NodePolicy, default=None
         The policy of every simulated party (``None``:
-        :meth:`NodePolicy.simulation`; ``NodePolicy()`` is a deployed node's
+        ``NodePolicy.simulation()``; ``NodePolicy()`` is a deployed node's
         default). Each party checks what it sends against it after every
         step, as a Flower node does.
     """

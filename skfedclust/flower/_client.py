@@ -798,7 +798,7 @@ def make_client_app(
     * ``identity-key`` (the node's Ed25519 identity key file, from ``python -m
       skfedclust.flower keygen``) and ``trusted-identities`` (a file of the
       identities of the federation's nodes,
-      :func:`~skfedclust.flower.load_trusted_identities`). The node signs its
+      ``load_trusted_identities``). The node signs its
       per-fit key with its identity, bound to the fit, the method and a fresh
       nonce of its own; before it seals or opens anything it checks the whole
       roster the server sends: one slot per party, distinct identities and

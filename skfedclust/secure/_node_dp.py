@@ -11,7 +11,7 @@ completes. So a node that makes a noisy release:
    the budget cannot pay or when the release carries no noise;
 3. adds its share of the noise, ``sigma / sqrt(t)`` for a release that ``t``
    clients' shares complete, drawn from its cryptographic generator
-   (:meth:`Party.secret_bytes <skfedclust.federation.Party.secret_bytes>`);
+   (``Party.secret_bytes``);
 4. records ``t`` with the secure sum it joins: it reveals nothing of its masks
    for an announcement of fewer than ``t`` survivors (the sum would hold less
    noise than the guarantee needs).
@@ -90,7 +90,7 @@ def private_normal(party, std, shape):
     """Gaussian noise of standard deviation ``std`` from the party's cryptographic generator.
 
     Box-Muller on uniform draws of 53 bits each from ChaCha20
-    (:meth:`Party.secret_bytes <skfedclust.federation.Party.secret_bytes>`):
+    (``Party.secret_bytes``):
     a server that knows every public seed cannot regenerate it, and in a
     simulation it is reproducible from ``random_state``.
     """
