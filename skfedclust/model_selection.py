@@ -10,6 +10,7 @@ Everything the search sends is counted.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 
 import numpy as np
 from sklearn.base import clone
@@ -92,6 +93,34 @@ def _add_reports(total, report):
             total["per_client"][name] = total["per_client"][name] + values
 
 
+def _check_candidates(candidates):
+    """The candidate numbers of clusters as distinct positive Python ints.
+
+    A float such as 2.5 is refused rather than truncated: a search over
+    ``[2.5, 3.7]`` would otherwise try 2 and 3 without a word.
+    """
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Iterable):
+        raise TypeError(
+            "candidates must be an iterable of integers (numbers of clusters), "
+            f"got {type(candidates).__name__}: {candidates!r}"
+        )
+    candidates, checked = list(candidates), []
+    for k in candidates:
+        whole = isinstance(k, numbers.Integral) or (
+            isinstance(k, numbers.Real) and float(k).is_integer()
+        )
+        if isinstance(k, (bool, np.bool_)) or not whole:
+            raise ValueError(
+                f"candidates must be whole numbers of clusters, got {k!r} in {candidates!r}"
+            )
+        if k < 1:
+            raise ValueError(f"candidates must be positive numbers of clusters, got {k}")
+        checked.append(int(k))
+    if not checked or len(set(checked)) != len(checked):
+        raise ValueError(f"candidates must be distinct numbers of clusters, got {checked}")
+    return checked
+
+
 def select_n_clusters(
     estimator,
     X,
@@ -166,9 +195,7 @@ def select_n_clusters(
     """
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {list(CRITERIA)}, got {criterion!r}")
-    candidates = [int(k) for k in candidates]
-    if not candidates or len(set(candidates)) != len(candidates):
-        raise ValueError("candidates must be distinct numbers of clusters")
+    candidates = _check_candidates(candidates)
     if criterion != "inertia" and min(candidates) < 2:
         raise ValueError(f"the {criterion} index needs at least 2 clusters")
     if "n_clusters" not in estimator.get_params():

@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import adjusted_rand_score
 
 from skfedclust import KFed
@@ -52,6 +53,20 @@ def test_client_ids_in_any_row_order():
     np.testing.assert_array_equal(shuffled.client_sizes_, ref.client_sizes_)
     # Local k-means sees the rows in another order, so cluster numbering may differ.
     assert adjusted_rand_score(shuffled.labels_, ref.labels_[perm]) == 1.0
+
+
+def test_client_ids_as_one_tuples_warn_about_client_ids_not_y():
+    X, _ = make_blobs(90, centers=3, random_state=1)
+    ids = np.repeat([0, 1, 2], 30)
+    ref = KFed(n_clusters=3, random_state=0).fit(X, client_ids=ids)
+    with pytest.warns(DataConversionWarning) as record:
+        est = KFed(n_clusters=3, random_state=0).fit(X, client_ids=[(i,) for i in ids])
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "client_ids" in message and "y" not in message.split()
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    with pytest.raises(ValueError, match=r"one id per row .* shape \(90, 2\)"):
+        KFed(n_clusters=3).fit(X, client_ids=np.stack([ids, ids], axis=1))
 
 
 def test_client_ids_errors():

@@ -1157,6 +1157,9 @@ FLWR_TOOLS = pytest.mark.skipif(
     shutil.which("flower-superlink", path=str(Path(sys.executable).parent)) is None,
     reason="Flower's command-line tools are not installed next to this Python",
 )
+#: Real processes (SuperLink, SuperNodes, ``flwr run``): CI runs these in a step of
+#: their own (``pytest -m deployment``), not in the README's test command.
+DEPLOYMENT = pytest.mark.deployment
 
 #: The connection block of the guide and of examples/flower_app/RUNNING.md.
 GUIDE_CONNECTION = '[superlink.local-deployment]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
@@ -1284,6 +1287,7 @@ DEPLOYMENT_PARAMS = {
 }
 
 
+@DEPLOYMENT
 @FLWR_TOOLS
 def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_deployment):
     """The commands of RUNNING.md: a SuperLink, three organisations and two share
@@ -1388,6 +1392,7 @@ def _stop_local_superlink(port):
                 p.kill()
 
 
+@DEPLOYMENT
 @FLWR_TOOLS
 def test_flwr_run_simulates_the_example_app_on_its_demo_data(tmp_path):
     """``flwr run .`` as the guide says: Flower's own local SuperLink, simulated nodes."""

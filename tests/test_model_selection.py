@@ -123,6 +123,20 @@ def test_refusals():
         select_n_clusters(KFed(), X, candidates=[2, 2])
     with pytest.raises(TypeError, match="no n_clusters"):
         select_n_clusters(_NoK(), X, candidates=[2, 3])
+    # Fractions are refused, not truncated to 2 and 3.
+    with pytest.raises(ValueError, match="whole numbers of clusters, got 2.5"):
+        select_n_clusters(KFed(), X, candidates=[2.5, 3.7])
+    with pytest.raises(ValueError, match="whole numbers of clusters, got nan"):
+        select_n_clusters(KFed(), X, candidates=[float("nan"), 3])
+    with pytest.raises(ValueError, match="whole numbers of clusters, got True"):
+        select_n_clusters(KFed(), X, candidates=[True, 3])
+    with pytest.raises(TypeError, match="iterable of integers"):
+        select_n_clusters(KFed(), X, candidates=5)
+    with pytest.raises(ValueError, match="positive"):
+        select_n_clusters(KFed(), X, candidates=[-2, 3], criterion="inertia")
+    # Whole floats and numpy integers are numbers of clusters.
+    result = select_n_clusters(KFed(random_state=0), X, candidates=[np.int64(2), 3.0])
+    assert result.candidates == [2, 3] and all(type(k) is int for k in result.candidates)
 
 
 class _NoK:

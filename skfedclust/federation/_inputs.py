@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 from collections.abc import Iterator, Mapping, Set
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval
-from sklearn.utils.validation import column_or_1d, validate_data
+from sklearn.utils.validation import validate_data
 
 from ._federation import Federation
 
@@ -139,7 +141,20 @@ def input_form(X):
 # --------------------------------------------------------------------------- #
 def check_client_ids(client_ids, n_samples):
     """Validate ``client_ids``: one hashable, comparable id per row, no missing values."""
-    ids = column_or_1d(np.asarray(client_ids), warn=True)
+    ids = np.asarray(client_ids)
+    if ids.ndim == 2 and ids.shape[1] == 1:
+        # scikit-learn's column_or_1d would warn about "y"; the column here is client_ids.
+        warnings.warn(
+            "client_ids was given as a column (shape (n_samples, 1)); it is read as "
+            "one id per row. Pass a 1d array to avoid this warning.",
+            DataConversionWarning,
+            stacklevel=3,
+        )
+        ids = ids[:, 0]
+    if ids.ndim != 1:
+        raise ValueError(
+            f"client_ids must hold one id per row (shape (n_samples,)), got shape {ids.shape}"
+        )
     if len(ids) != n_samples:
         raise ValueError(f"client_ids has {len(ids)} entries but X has {n_samples} samples")
     if ids.dtype.kind == "f" and not np.isfinite(ids).all():
