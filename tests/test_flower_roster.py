@@ -140,17 +140,17 @@ class Nodes:
         begin = {"party": party, "n_parties": n, "n_clients": n, "seed": 7, "roster": roster}
         return {**begin, **changes}
 
-    def step(self, party, begin):
+    def step(self, party, begin, step=f"{__name__}:report_party", public=None):
         """Node ``party``'s answer to its first step: the payload it sends, or the Error."""
         control = {
             "session": self.session,
-            "step": f"{__name__}:report_party",
+            "step": step,
             "tag": "t",
             "exchange": 0,
             "party": party,
             "begin": begin,
         }
-        content = to_content(control, {"public": {}, "events": []})
+        content = to_content(control, {"public": public or {}, "events": []})
         reply = self.app(_message(content, 100 + party, STEP), self.contexts[party])
         if reply.has_error():
             return reply.error
@@ -541,3 +541,34 @@ def test_two_nodes_shown_different_rosters_cannot_read_each_other(tmp_path):
         _fit(Nodes(configs, method="Pair"), Pair(), tamper=_rewrite_roster(swap_for_zero))
     estimator = _fit(Nodes(configs, method="Pair"), Pair())
     np.testing.assert_array_equal(estimator.read_, np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "step, public",
+    [
+        # FFCM's k-means++ seeds are rows of the seed client, by design of FFCM.
+        ("skfedclust.methods._ffcm:ffcm_seed_centers", {"n_clusters": 40}),
+        # DC's intermediate representation is every row through the party's map.
+        ("skfedclust.methods._dc:dc_party_intermediate", {}),
+        # a step of FederatedKMeans, another method again
+        ("skfedclust.methods._fedkmeans:fedkmeans_far_rows", {}),
+    ],
+)
+def test_a_node_runs_only_the_steps_of_the_method_it_agreed_to(nodes, step, public):
+    # Every node agreed to a k-FED fit (and its default policy allows every
+    # method): a coordinator asking for another method's step, which would
+    # upload rows under that method's exemption, is refused before it runs.
+    reason = _refused(nodes.step(0, nodes.begin(0), step=step, public=public), "agreed to")
+    assert "KFed" in reason and step in reason
+    # The method's own and the shared steps still run.
+    assert not isinstance(nodes.step(0, nodes.begin(0)), Error)
+
+
+def test_an_unknown_method_name_opens_no_method_step(tmp_path):
+    _, configs = _federation(tmp_path, 4)
+    nodes = Nodes(configs, method="NotAMethodOfThePackage")
+    nodes.hellos()
+    _refused(
+        nodes.step(0, nodes.begin(0), step="skfedclust.methods._ffcm:ffcm_seed_centers"),
+        "agreed to a fit of NotAMethodOfThePackage",
+    )

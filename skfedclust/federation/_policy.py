@@ -56,7 +56,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["DEFAULT_MIN_SUM_PARTICIPANTS", "NodePolicy"]
+__all__ = ["DEFAULT_MIN_SUM_PARTICIPANTS", "NodePolicy", "method_step_modules"]
 
 #: A secure sum of two clients tells each the other's vector.
 DEFAULT_MIN_SUM_PARTICIPANTS = 3
@@ -70,9 +70,35 @@ DEFAULT_RAW_ROW_TOLERANCE = 1e-4
 SHARED_STEP_MODULES = (
     "skfedclust.methods._centroid_steps",
     "skfedclust.preprocessing",
+    "skfedclust.metrics",
     "skfedclust.secure",
     "skfedclust.federation",
 )
+
+
+def _within(module, modules):
+    return any(module == m or module.startswith(m + ".") for m in modules)
+
+
+def method_step_modules(method):
+    """The package modules whose client steps a fit of ``method`` may run.
+
+    ``method`` is the estimator class name a fit's handshake announces. For a
+    method of the package: its own module, the modules it declares in its
+    ``_client_step_modules`` class attribute (FederatedKMeans' k-FED start) and
+    :data:`SHARED_STEP_MODULES`. For any other name (a user's own method):
+    the shared modules only, so that naming an unknown method does not open
+    the package's method steps to the coordinator. Returns a tuple of module
+    names.
+    """
+    import skfedclust
+
+    cls = getattr(skfedclust, str(method), None) if method else None
+    if not isinstance(cls, type) or not cls.__module__.startswith("skfedclust."):
+        return SHARED_STEP_MODULES
+    own = (cls.__module__, *getattr(cls, "_client_step_modules", ()))
+    return (*own, *SHARED_STEP_MODULES)
+
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -242,14 +268,28 @@ class NodePolicy:
                 f"it does not take part in a fit of {method}"
             )
 
-    def check_step(self, step_name):
-        """Refuse a client step (``module:function``) of a method the policy does not allow."""
+    def check_step(self, step_name, method=None):
+        """Refuse a client step (``module:function``) outside the fit's method.
+
+        Two rules: the step belongs to a method the policy allows (or to a
+        shared module), and, when ``method`` (the method this node agreed to
+        at the handshake) is given, a step of the package belongs to that
+        method (:func:`method_step_modules`): a coordinator that announced a
+        k-FED fit cannot have the node run FFCM's seeding step, which uploads
+        rows. Steps of modules outside the package run only where the node's
+        operator allowed their package, and are the operator's choice.
+        """
+        module = step_name.partition(":")[0]
+        if method is not None and _within(module, ("skfedclust",)):
+            agreed = method_step_modules(method)
+            if not _within(module, agreed):
+                raise PermissionError(
+                    f"this node agreed to a fit of {method}; step {step_name} belongs to "
+                    f"another method (a fit of {method} runs steps of {', '.join(agreed)})"
+                )
         if self._modules is None:
             return
-        module = step_name.partition(":")[0]
-        if module in self._modules or any(
-            module == shared or module.startswith(shared + ".") for shared in SHARED_STEP_MODULES
-        ):
+        if module in self._modules or _within(module, SHARED_STEP_MODULES):
             return
         raise PermissionError(
             f"this node's policy allows the methods {', '.join(self.allowed_methods)}; "

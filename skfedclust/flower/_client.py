@@ -35,7 +35,7 @@ from ..federation._runtime import (
 )
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
-from ._policy import NodePolicy
+from ._policy import NodePolicy, method_step_modules
 from ._wire import (
     DEFAULT_ALLOWED_MODULES,
     ERROR_REFUSED,
@@ -354,6 +354,26 @@ def _key(which, session):
     return f"{which}:{session}"
 
 
+def _nested_step_modules(allowed_modules, method):
+    """The modules whose steps a step may name (a secure sum's summand) during a fit of ``method``.
+
+    The package's part of the node's allow-list narrows to the agreed method's
+    modules; packages the operator allowed besides are kept.
+    """
+    agreed = method_step_modules(method or None)
+    nested = []
+    for module in allowed_modules:
+        if module == "skfedclust":
+            nested.extend(agreed)
+        elif module.startswith("skfedclust."):
+            if any(module == m or module.startswith(m + ".") for m in agreed):
+                nested.append(module)
+            nested.extend(m for m in agreed if m.startswith(module + "."))
+        else:
+            nested.append(module)
+    return tuple(nested)
+
+
 def _node_record(context, session):
     key = _key(NODE, session)
     if key not in context.state.config_records:
@@ -594,7 +614,7 @@ class _Service:
             raise RuntimeError(f"a step for party {control['party']} reached party {party}")
         step = resolve_step(control["step"], self.allowed_modules)
         policy = NodePolicy.from_node_config(context.node_config)
-        policy.check_step(control["step"])
+        policy.check_step(control["step"], method=record["method"] or None)
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
         roster, digest = begin["roster"], record["roster"]
@@ -654,7 +674,7 @@ class _Service:
             policy=policy,
         )
         state = _load_state(context, session)
-        with allowed_step_modules(self.allowed_modules):
+        with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):
             reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         policy.check_outgoing(data, reply.send, reply.to_peers, control["step"])

@@ -925,6 +925,9 @@ class FederatedKMeans(
     (5.0, 1e-05)
     """
 
+    #: Its ``init="k-fed"`` start runs k-FED's local step on the nodes.
+    _client_step_modules = ("skfedclust.methods._kfed",)
+
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
