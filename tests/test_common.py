@@ -14,23 +14,6 @@ from skfedclust.utils import all_estimators
 
 ESTIMATORS = [cls for _, cls in all_estimators()]
 
-# Expected failures of scikit-learn's common checks, each with its reason.
-EXPECTED_FAILED_CHECKS = {
-    "OmniFCClustering": {
-        "check_estimators_pickle": (
-            "predict asks the parties of the fit for encoded distances to their shares of the "
-            "training rows, which stay in the process that fitted and are not pickled; an "
-            "unpickled model refuses predict"
-        ),
-    },
-    "DCClustering": {
-        "check_estimators_pickle": (
-            "predict runs a protocol with the parties of the fit, whose private maps stay in "
-            "the process that fitted and are not pickled; an unpickled model refuses predict"
-        ),
-    },
-}
-
 # Parameters for the tests that need an accurate clustering of 2-D blobs, each with its
 # reason. DCClustering: the paper's default keeps n_features - 1 PCA components per party,
 # which reduces 2-D data to one dimension; the lossless setting keeps both.
@@ -57,10 +40,7 @@ def test_discovery_finds_estimators():
     assert names == sorted(names)
 
 
-@parametrize_with_checks(
-    _instances(),
-    expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(type(est).__name__, {}),
-)
+@parametrize_with_checks(_instances())
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

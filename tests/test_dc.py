@@ -910,16 +910,8 @@ def test_predict_on_training_rows(clusterer):
         assert (predicted == dc.labels_).mean() > 0.9
 
 
-#: predict runs with the parties of the fit, which are not pickled.
-PICKLING = {
-    "check_estimators_pickle": "predict needs the parties' private maps, which are not pickled"
-}
-
-
 def test_one_party_passes_check_estimator():
-    results = check_estimator(
-        DCClustering(partition=1), on_fail=None, expected_failed_checks=PICKLING
-    )
+    results = check_estimator(DCClustering(partition=1), on_fail=None)
     for result in results:
         assert result["status"] != "failed", (result["check_name"], result["exception"])
 
@@ -1111,16 +1103,32 @@ def test_predict_is_a_protocol_with_the_parties(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
-def test_a_model_without_its_parties_refuses_predict(how):
+def test_a_pickled_or_copied_model_predicts_with_the_parties_of_its_session(how):
     grid, X, _ = iris_grid(7, n_row_groups=3)
     dc = DCClustering(3, random_state=0).fit(grid)
-    blob = pickle.dumps(dc)
-    # The parties' private maps do not travel with the model.
+    expected = dc.predict(X, row_group=0)
+    copied = pickle.loads(pickle.dumps(dc)) if how == "pickle" else copy.deepcopy(dc)
+    np.testing.assert_array_equal(copied.predict(X, row_group=0), expected)
+    # Predicting from the copy changed nothing of the original's parties.
+    np.testing.assert_array_equal(dc.predict(X, row_group=0), expected)
+
+
+def test_the_server_model_holds_no_private_map_and_refuses_predict():
+    grid, X, _ = iris_grid(7, n_row_groups=3)
+    dc = DCClustering(3, random_state=0).fit(grid)
+    assert b"StandardScaler" in pickle.dumps(dc)
+    server = dc.server_model()
+    blob = pickle.dumps(server)
+    # The parties' private maps (scalers and PCA or random projections) are not in it.
     assert b"StandardScaler" not in blob and b"PCA" not in blob
-    copied = pickle.loads(blob) if how == "pickle" else copy.deepcopy(dc)
-    np.testing.assert_array_equal(copied.cluster_centers_, dc.cluster_centers_)
-    with pytest.raises(RuntimeError, match="needs the parties that fitted this model"):
-        copied.predict(X, row_group=0)
+    assert server.session_ is None and dc.session_ is not None
+    np.testing.assert_array_equal(server.cluster_centers_, dc.cluster_centers_)
+    np.testing.assert_array_equal(server.labels_, dc.labels_)
+    for model in (server, pickle.loads(blob)):
+        with pytest.raises(RuntimeError, match="server's copy"):
+            model.predict(X, row_group=0)
+    # The original still predicts.
+    dc.predict(X, row_group=0)
 
 
 def test_grid_of_dataframes_sets_or_refuses_feature_names():

@@ -1026,6 +1026,15 @@ def test_predict_on_flower_is_for_the_estimators_whose_parties_keep_state():
     fitted, _, grid = _local_fit(DCClustering(n_clusters=4, random_state=0), _clients())
     with pytest.raises(RuntimeError, match="keep_for_predict=True"):
         predict_on_flower(fitted, grid)
+    # A model fitted on Flower holds no parties: it pickles without any session.
+    import pickle
+
+    assert fitted.session_ is None
+    loaded = pickle.loads(pickle.dumps(fitted))
+    assert loaded.session_ is None
+    np.testing.assert_array_equal(loaded.cluster_centers_, fitted.cluster_centers_)
+    with pytest.raises(RuntimeError, match="deployed federation"):
+        loaded.predict(np.vstack(_clients()))
 
 
 def test_layouts_the_nodes_declare_are_checked():

@@ -869,30 +869,44 @@ def _shares_of(runtime):
     return [state["encoded rows"] for state in runtime.private_states()]
 
 
-def test_a_pickled_model_holds_no_share_and_cannot_predict(blobs):
+def test_the_server_model_holds_no_share_and_cannot_predict(blobs):
     X, _ = blobs
     with recording_runtime() as runtimes:
         est = OmniFCClustering(3, clusterer="kmedoids", random_state=0).fit(X)
     shares = _shares_of(runtimes[-1])
     assert len(shares) == 7 and all(z.shape == (120, 1) for z in shares)
-    blob = pickle.dumps(est)
+    # The in-process model carries its simulated parties, shares included.
+    assert any(z.tobytes() in pickle.dumps(est) for z in shares)
+    server = est.server_model()
+    blob = pickle.dumps(server)
     for z in shares:
-        # no party's shares, nor any run of 8 of its rows, are in the pickle
+        # no party's shares, nor any run of 8 of its rows, are in the server's copy
         assert z.tobytes() not in blob
         for start in range(0, 120, 8):
             assert z[start : start + 8].tobytes() not in blob
     # the fitted attributes hold no share either (only public values and D)
-    for value in vars(est).values():
+    for value in vars(server).values():
         if isinstance(value, np.ndarray) and value.dtype == np.uint32:
             assert not any(np.array_equal(value, z) for z in shares)
-    # in the fitting session predict works; an unpickled or copied model keeps
-    # what derives from D and refuses predict, naming what it still has
-    assert np.array_equal(est.predict(X[:10]), est.labels_[:10])
-    for other in (pickle.loads(blob), copy.deepcopy(est)):
+    # the server's copy keeps what derives from D and refuses predict, naming
+    # what it still has
+    for other in (server, pickle.loads(blob)):
         assert np.array_equal(other.labels_, est.labels_)
         assert np.array_equal(other.dissimilarity_matrix_, est.dissimilarity_matrix_)
-        with pytest.raises(RuntimeError, match="unpickled or copied.*labels_, dissim"):
+        with pytest.raises(RuntimeError, match="server's copy.*labels_, dissim"):
             other.predict(X[:10])
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_pickled_or_copied_model_predicts_the_same_labels(blobs, how):
+    X, _ = blobs
+    est = OmniFCClustering(3, clusterer="kmedoids", random_state=0).fit(X)
+    expected = est.predict(X[:10])
+    assert np.array_equal(expected, est.labels_[:10])
+    other = pickle.loads(pickle.dumps(est)) if how == "pickle" else copy.deepcopy(est)
+    assert np.array_equal(other.predict(X[:10]), expected)
+    new = X[:10] + 0.05
+    assert np.array_equal(other.predict(new), est.predict(new))
 
 
 def test_same_random_state_same_fit_other_private_entropy_other_shares(blobs):

@@ -937,8 +937,8 @@ class InProcessRuntime(Runtime):
         The simulation's user plays every party, so it can keep them after a
         fit and run another protocol with them (each party mapping new rows
         with what it kept). The session is opaque: only a runtime built with
-        ``InProcessRuntime(federation, session=...)`` opens it. It cannot be
-        pickled, since it holds every party's private state.
+        ``InProcessRuntime(federation, session=...)`` opens it. It holds every
+        party's private state.
         """
         return Session(self)
 
@@ -960,8 +960,10 @@ class Session:
 
     Built by :meth:`InProcessRuntime.party_session`; a runtime given it as
     ``session`` continues with the parties' kept state, public seeds and
-    private entropy. No estimator or server step reads it. Pickling refuses:
-    it holds every party's private state, which must not travel with a model.
+    private entropy. No estimator or server step reads it. It pickles and
+    copies with the model that holds it (``session_``): in a simulation its
+    user played every party. It is every party's private state; an
+    estimator's ``server_model()`` gives the model without it.
     """
 
     __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange")
@@ -972,12 +974,6 @@ class Session:
         self._entropy = runtime._private_entropy
         self._n_parties = runtime.n_parties
         self._exchange = runtime._exchange
-
-    def __reduce__(self):
-        raise TypeError(
-            "a Session holds the private state of every party of a simulation and cannot be "
-            "pickled; a model that needs its parties must be used in the process that fitted it"
-        )
 
     def __repr__(self):
         return f"Session(n_parties={self._n_parties})"

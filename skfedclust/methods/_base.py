@@ -124,6 +124,51 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
         """
         return self.fit(X, y, client_ids=client_ids).labels_
 
+    def server_model(self):
+        """A copy of this fitted model as the server holds it: without the simulated parties.
+
+        An in-process fit of a method whose parties keep state for
+        ``predict`` (:class:`~skfedclust.OmniFCClustering`'s shares,
+        :class:`~skfedclust.DCClustering`'s private maps) keeps them in
+        ``session_``: the user of a simulation played every party, and the
+        model pickles and copies with them, so that it predicts after
+        ``pickle`` or ``joblib``. The session is every party's private state
+        (shares of the training rows, private maps); to publish or ship a model
+        without it, use this copy. It keeps every server-learned attribute and
+        refuses ``predict`` where the parties are needed. For the other
+        estimators it is a plain copy.
+
+        Returns
+        -------
+        model : estimator
+            A deep copy of ``self`` whose ``session_`` is ``None``.
+
+        Examples
+        --------
+        >>> import pickle
+        >>> from sklearn.datasets import make_blobs
+        >>> from skfedclust import DCClustering
+        >>> X, _ = make_blobs(90, centers=3, random_state=0)
+        >>> dc = DCClustering(3, random_state=0).fit(X)
+        >>> restored = pickle.loads(pickle.dumps(dc))
+        >>> bool((restored.predict(X[:5]) == dc.predict(X[:5])).all())
+        True
+        >>> dc.server_model().session_ is None
+        True
+        """
+        import copy
+
+        check_is_fitted(self)
+        session = self.__dict__.pop("session_", None)
+        try:
+            model = copy.deepcopy(self)
+        finally:
+            if session is not None:
+                self.session_ = session
+        if "session_" in vars(self):
+            model.session_ = None
+        return model
+
     def _n_parties(self, federation):
         """Number of parties of the protocol (data holders unless it adds more)."""
         return federation.n_clients

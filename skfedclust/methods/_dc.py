@@ -742,6 +742,10 @@ class DCClustering(BaseFederatedClustering):
         Parties of each row group, in feature-block order.
     feature_blocks_ : list of ndarray
         Feature indices of each block.
+    session_ : Session or None
+        The simulated parties with the private maps they kept, for
+        :meth:`predict` (an in-process fit; pickled and copied with the
+        model). ``None`` after a Flower fit and in :meth:`server_model`'s copy.
     n_clients_ : int
         Number of parties.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -770,9 +774,10 @@ class DCClustering(BaseFederatedClustering):
     protocol with the parties that fitted the model, which map the new rows
     with the f they kept; the analyst applies its g and assigns them to the
     nearest centroid (k-means) or by a vote of their ``n_neighbors`` nearest
-    training rows in the collaborative space (spectral). The parties live in
-    the process that ran ``fit`` and are not pickled: an unpickled or copied
-    model, or one fitted on Flower, cannot predict.
+    training rows in the collaborative space (spectral). An in-process fit
+    keeps the simulated parties in ``session_`` (pickled and copied with the
+    model: it is their private maps); :meth:`server_model` drops them, and that
+    copy, or a model fitted on Flower, cannot predict.
 
     References
     ----------
@@ -1061,17 +1066,10 @@ class DCClustering(BaseFederatedClustering):
         self.row_groups_ = groups
         self.n_iter_ = result["n_iter"]
         self.feature_blocks_ = blocks
-        # The parties, with the private maps they kept, for predict in this process
-        # (None on a deployed federation, whose nodes keep nothing after the fit).
-        self._session = runtime.party_session()
-
-    # ------------------------------------------------------------ pickling
-    def __getstate__(self):
-        # The session holds every party's private state: it never travels with
-        # the model (an unpickled model cannot predict; see predict).
-        state = super().__getstate__()
-        state.pop("_session", None)
-        return state
+        # The parties, with the private maps they kept, for predict (None on a
+        # deployed federation, whose nodes keep nothing after the fit): the user
+        # of a simulation played them, and they travel with the model.
+        self.session_ = runtime.party_session()
 
     # ------------------------------------------------------------ predict
     def _check_row_group(self, row_group, n_samples):
@@ -1115,9 +1113,10 @@ class DCClustering(BaseFederatedClustering):
         (spectral); the parties get the labels back. With k-means, the
         training rows of a row group get their ``labels_`` back.
 
-        The private maps never leave the parties, so only the process that
-        fitted the model (which played every party) can run it: a pickled or
-        copied model, or one fitted on Flower, raises a ``RuntimeError``. On
+        The private maps never leave the parties, which an in-process fit
+        keeps in ``session_`` (they travel with a pickled model): the server's
+        copy (:meth:`server_model`) or a model fitted on Flower raises a
+        ``RuntimeError``. On
         Flower the nodes label their own new rows with
         :func:`~skfedclust.flower.predict_on_flower` (fit with
         ``keep_for_predict=True``).
@@ -1137,13 +1136,14 @@ class DCClustering(BaseFederatedClustering):
         check_is_fitted(self, "collaboration_maps_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         row_group = self._check_row_group(row_group, X.shape[0])
-        session = getattr(self, "_session", None)
+        session = getattr(self, "session_", None)
         if session is None:
             raise RuntimeError(
                 "DCClustering.predict needs the parties that fitted this model: each maps its "
-                "new rows with its private map f, which never leaves it. They exist only in "
-                "the process that ran fit in-process; this model was unpickled or copied, or "
-                "fitted on a deployed federation whose nodes keep nothing after the fit. "
+                "new rows with its private map f, which never leaves it. An in-process fit "
+                "keeps them in session_; this model has none: it is the server's copy "
+                "(server_model()) or was fitted on a deployed federation whose nodes keep "
+                "nothing after the fit. "
                 "Refit, or label new rows with fit_predict on the parties' data; on Flower, "
                 "fit with keep_for_predict=True and call skfedclust.flower.predict_on_flower."
             )

@@ -851,6 +851,10 @@ class OmniFCClustering(BaseFederatedClustering):
         subtracted before quantizing; ``predict`` subtracts it from new rows.
     n_parties_ : int
         Share-holding parties.
+    session_ : Session or None
+        The simulated parties with the shares they kept, for :meth:`predict`
+        (an in-process fit; pickled and copied with the model).
+        ``None`` after a Flower fit and in :meth:`server_model`'s copy.
     n_clients_ : int
         Data-holding clients.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -911,9 +915,11 @@ class OmniFCClustering(BaseFederatedClustering):
     protocol stages, ``verbose=2`` also one line per block of the long
     server stages (the decoding of ``D``, the spectral step).
 
-    The parties keep their shares: a fitted estimator references them through
-    a session of the parties (in the process that fitted, in-process only)
-    that is never pickled or copied. An unpickled or copied model, or one
+    The parties keep their shares. An in-process fit keeps the simulated
+    parties in ``session_`` (the user of a simulation played them all): the
+    model pickles and copies with them and predicts anywhere. The session
+    is every party's shares of the training rows; :meth:`server_model` gives
+    the model as the server holds it, without them. That copy, or a model
     fitted on Flower, keeps ``labels_``, ``dissimilarity_matrix_``,
     ``clusterer_`` and what derives from ``D``, and refuses ``predict``.
 
@@ -1066,20 +1072,13 @@ class OmniFCClustering(BaseFederatedClustering):
             self._nmf = _label_means(_distance_features(D, kind), labels)
 
     def _fit_runtime(self, runtime, random_state):
-        self.__dict__.pop("_session", None)
+        self.session_ = None
         super()._fit_runtime(runtime, random_state)
-        # The parties, with the encoded rows they kept, for predict in this
-        # process (None on a deployed federation, whose nodes keep nothing).
-        self._session = runtime.party_session()
+        # The parties, with the encoded rows they kept, for predict (None on a
+        # deployed federation, whose nodes keep nothing): the user of a
+        # simulation played them, and they travel with the model.
+        self.session_ = runtime.party_session()
         return self
-
-    # ------------------------------------------------------------ pickling
-    def __getstate__(self):
-        # The session holds every party's shares of the training rows: it
-        # never travels with the model (an unpickled model cannot predict).
-        state = dict(super().__getstate__())
-        state.pop("_session", None)
-        return state
 
     # -------------------------------------------------------------- memory
     def _fit_peak_copies(self):
@@ -1145,10 +1144,11 @@ class OmniFCClustering(BaseFederatedClustering):
         the server decodes them exactly and assigns (rule per clusterer in
         the Notes). The rows never cross a party boundary in plaintext.
 
-        The shares stay with the parties, which only the process that fitted
-        the model (and played every party) holds: a pickled or copied model,
-        or one fitted on Flower, raises a ``RuntimeError``; its ``labels_``
-        and the attributes derived from ``D`` remain. On Flower the nodes
+        The shares stay with the parties, kept in ``session_`` by an
+        in-process fit (and pickled with the model): the server's copy
+        (:meth:`server_model`) or a model fitted on Flower raises a
+        ``RuntimeError``; its ``labels_`` and the attributes derived from
+        ``D`` remain. On Flower the nodes
         query with their own new rows through
         :func:`~skfedclust.flower.predict_on_flower` (fit with
         ``keep_for_predict=True``).
@@ -1165,14 +1165,15 @@ class OmniFCClustering(BaseFederatedClustering):
         """
         check_is_fitted(self, "precision_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        session = self.__dict__.get("_session")
+        session = getattr(self, "session_", None)
         if session is None:
             raise RuntimeError(
                 "OmniFCClustering.predict needs the parties that fitted this model: they "
                 "answer with the encoded distances of the new rows to their shares of the "
-                "training rows, which never leave them. They exist only in the process that "
-                "ran fit in-process; this model was unpickled or copied, or fitted on a "
-                "deployed federation whose nodes keep nothing after the fit. It still has "
+                "training rows, which never leave them. An in-process fit keeps them in "
+                "session_; this model has none: it is the server's copy (server_model()) or "
+                "was fitted on a deployed federation whose nodes keep nothing after the fit. "
+                "It still has "
                 "labels_, dissimilarity_matrix_, clusterer_ and what derives from D; refit to "
                 "predict, or label new rows with fit_predict on all the rows; on Flower, fit "
                 "with keep_for_predict=True and call skfedclust.flower.predict_on_flower."
@@ -1248,7 +1249,7 @@ class OmniFCClustering(BaseFederatedClustering):
             Federation(X, [np.arange(n_new)]),
             n_jobs=self.n_jobs,
             name=f"{type(self).__name__}.predict",
-            session=self._session,
+            session=self.session_,
         )
         return runtime, lcc_query_distances(
             runtime,
