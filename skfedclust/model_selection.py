@@ -162,8 +162,9 @@ def select_n_clusters(
         ``"silhouette"`` is the simplified silhouette
         (:func:`~skfedclust.metrics.simplified_silhouette_score`; largest
         wins), not scikit-learn's ``silhouette_score``; ``"inertia"`` uses
-        each fit's ``inertia_`` (no further communication) and picks the
-        elbow of the curve (:func:`elbow`), refusing a curve without one.
+        each fit's ``inertia_`` (fitted with ``compute_inertia=True`` where
+        the estimator has that parameter: two secure sums per fit) and picks
+        the elbow of the curve (:func:`elbow`), refusing a curve without one.
     client_ids : array-like of shape (n_samples,), default=None
         Client of each pooled row.
     partition : int or partition specification, default=None
@@ -206,6 +207,9 @@ def select_n_clusters(
     params = {"random_state": int(seed)}
     if partition is not None:
         params["partition"] = partition
+    if criterion == "inertia" and "compute_inertia" in estimator.get_params():
+        # The elbow needs every fit's inertia_, which these estimators sum only when asked.
+        params["compute_inertia"] = True
 
     total = dict.fromkeys(_SUMMED, 0)
     total["per_client"] = None

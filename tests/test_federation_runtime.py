@@ -229,9 +229,9 @@ def test_kfed_server_never_gets_unsent_sizes():
 
     X, _ = make_blobs(120, centers=3, random_state=0)
     clients = [X[:40], X[40:80], X[80:]]
-    inertia = secure_inertia_communication(3)
-    # Each client: 3 x 2 float64 centers and its local iteration count (int64);
-    # then the secure sums of inertia_ (evaluation rounds).
+    # compute_inertia=False (the default): no secure sums of inertia_ after the fit.
+    inertia = dict.fromkeys(secure_inertia_communication(3), 0)
+    # Each client: 3 x 2 float64 centers and its local iteration count (int64).
     runtime = check_protocol(
         KFed(3, random_state=0),
         clients,

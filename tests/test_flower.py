@@ -355,10 +355,12 @@ def test_flower_fit_is_the_in_process_fit(name):
 
 def test_ledger_counts_payload_bytes_and_transport_the_records():
     clients = _clients()
-    estimator, _, grid = _local_fit(KFed(n_clusters=4, random_state=0), clients)
+    estimator, _, grid = _local_fit(
+        KFed(n_clusters=4, random_state=0, compute_inertia=True), clients
+    )
     # k-FED: every client uploads k x d float64 centers and its local iteration
     # count (int64), and downloads the k x d global centers; the labels stay on
-    # the clients. Then the secure sums of inertia_.
+    # the clients. Then the secure sums of inertia_ (compute_inertia=True).
     from skfedclust.methods._centroid_steps import secure_inertia_communication
 
     inertia = secure_inertia_communication(4)
@@ -1339,7 +1341,7 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         "--stream",
         "--run-config",
         f"method='all' n-nodes=5 params='{params}' output-dir='{tmp_path / 'out'}'",
-        timeout=1200,
+        timeout=2400,
     )
     seconds = time.monotonic() - started
     data, out = tmp_path / "data", tmp_path / "out"

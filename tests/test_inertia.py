@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.datasets import make_blobs
 
 from skfedclust import (
@@ -21,13 +22,14 @@ from skfedclust.methods._centroid_steps import (
 from skfedclust.secure import fixed_point_shift
 from skfedclust.utils.protocol_checks import RecordingRuntime, recording_runtime
 
+# inertia_ is computed only when asked (its secure sums are evaluation, not the method).
 ESTIMATORS = [
-    KFed(3, random_state=0),
-    FeCA(3, random_state=0),
-    MAvg(3, random_state=0),
-    FederatedFuzzyCMeans(3, n_rounds=3, random_state=0),
-    KumarFederatedKMeans(3, n_rounds=2, random_state=0),
-    GOLDClustering(3, remc_n_init=5, random_state=0),
+    KFed(3, random_state=0, compute_inertia=True),
+    FeCA(3, random_state=0, compute_inertia=True),
+    MAvg(3, random_state=0, compute_inertia=True),
+    FederatedFuzzyCMeans(3, n_rounds=3, random_state=0, compute_inertia=True),
+    KumarFederatedKMeans(3, n_rounds=2, random_state=0, compute_inertia=True),
+    GOLDClustering(3, remc_n_init=5, random_state=0, compute_inertia=True),
 ]
 
 
@@ -119,3 +121,15 @@ def test_inertia_and_score_of_every_centroid_estimator(est):
     steps = [name for name, _, _ in runtimes[-1].server_inputs]
     assert steps[-2:] == ["unmask_sum", "unmask_sum"]
     assert est.communication_["evaluation_rounds"] >= 1
+    # With the default, the same fit sends nothing after the method's own messages.
+    default = clone(est).set_params(compute_inertia=False)
+    with recording_runtime() as runtimes:
+        default.fit(clients)
+    assert not hasattr(default, "inertia_")
+    np.testing.assert_array_equal(default.labels_, est.labels_)
+    np.testing.assert_array_equal(default.cluster_centers_, est.cluster_centers_)
+    unmasked = [name for name, _, _ in runtimes[-1].server_inputs].count("unmask_sum")
+    assert unmasked == steps.count("unmask_sum") - 2
+    assert default.communication_["evaluation_rounds"] == 0
+    for key in ("bytes_up", "bytes_peer"):
+        assert default.communication_[key] < est.communication_[key]

@@ -58,18 +58,29 @@ def test_recovers_separated_centers(partition, k_local):
 
 def test_one_round_and_bytes():
     X, _ = make_blobs(90, n_features=2, centers=3, random_state=0)
-    est = KFed(n_clusters=3, n_local_clusters=2, random_state=0).fit([X[:30], X[30:60], X[60:]])
+    clients = [X[:30], X[30:60], X[60:]]
+    est = KFed(n_clusters=3, n_local_clusters=2, random_state=0).fit(clients)
     comm = est.communication_
-    # One round for the centers, then the labels and the inertia's secure sums.
+    # One-shot: one round, and the uploads are the local centers and nothing else:
+    # 3 clients, 2 centers, 2 features, and the local iteration count (one int64).
+    assert comm["rounds"] == 1 and comm["setup_rounds"] == 0
+    assert comm["evaluation_rounds"] == 0
+    assert comm["bytes_up"] == 3 * (2 * 2 * 8 + 8)
+    # global centers to each client, which label their own rows
+    assert comm["bytes_down"] == 3 * 3 * 2 * 8
+    assert comm["bytes_peer"] == 0
+    assert not hasattr(est, "inertia_")
+    # inertia_ when asked: the labels and the inertia's secure sums follow.
+    asked = KFed(n_clusters=3, n_local_clusters=2, random_state=0, compute_inertia=True)
+    comm = asked.fit(clients).communication_
     inertia = secure_inertia_communication(3)
     assert comm["rounds"] == 1 + inertia["rounds"]
-    assert comm["setup_rounds"] == inertia["setup_rounds"]
-    # 3 clients, 2 centers, 2 features, and the local iteration count (one int64)
+    assert comm["evaluation_rounds"] == inertia["evaluation_rounds"]
     assert comm["bytes_up"] == 3 * (2 * 2 * 8 + 8) + inertia["bytes_up"]
-    # global centers to each client
     assert comm["bytes_down"] == 3 * 3 * 2 * 8 + inertia["bytes_down"]
     assert comm["bytes_peer"] == inertia["bytes_peer"]
-    assert est.inertia_ == pytest.approx(-est.score(X), rel=1e-12)
+    assert asked.inertia_ == pytest.approx(-asked.score(X), rel=1e-12)
+    np.testing.assert_array_equal(asked.labels_, est.labels_)
 
 
 def test_local_cluster_count_errors():

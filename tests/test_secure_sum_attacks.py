@@ -7,6 +7,8 @@ attack must be refused by a node with default settings, by the rule the
 Security page names, or leave the server with values that tell it nothing.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -404,4 +406,9 @@ def test_secure_sums_over_two_clients_are_refused_at_validation():
     # In the clear, two clients work; KFed's inertia_ (a secure sum) is nan with a warning.
     FederatedKMeans(2, secure_aggregation=False, random_state=0).fit([X[:60], X[60:]])
     with pytest.warns(UserWarning, match="inertia_ needs a secure sum of at least 3"):
-        assert np.isnan(KFed(2, random_state=0).fit([X[:60], X[60:]]).inertia_)
+        est = KFed(2, random_state=0, compute_inertia=True).fit([X[:60], X[60:]])
+    assert np.isnan(est.inertia_)
+    # Without compute_inertia (the default), two clients fit without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not hasattr(KFed(2, random_state=0).fit([X[:60], X[60:]]), "inertia_")

@@ -28,6 +28,7 @@ __all__ = [
     "nearest_center_inertia",
     "pooled_inertia",
     "secure_inertia",
+    "final_labels",
     "secure_inertia_communication",
 ]
 
@@ -243,6 +244,57 @@ def secure_inertia(
             centers_tag=centers_tag,
         )
     return float("inf") if overflowed[0] else float(total[0])
+
+
+def final_labels(
+    estimator,
+    runtime,
+    random_state,
+    centers,
+    *,
+    centers_tag="final centers",
+    step=label_and_inertia,
+    messages=None,
+    **public,
+):
+    """The clients label their rows by the final centers; ``inertia_`` when asked.
+
+    The last stage of every centroid method: the final centers (and
+    ``messages``) go down and each client labels its rows, which it keeps
+    (its output). With the estimator's ``compute_inertia=True``,
+    :func:`secure_inertia` also sums the clients' inertias into
+    ``estimator.inertia_`` (five evaluation rounds); otherwise no client
+    sends anything more and ``inertia_`` is not set, so that a one-shot
+    method stays one round.
+    """
+    estimator.__dict__.pop("inertia_", None)
+    if estimator.compute_inertia:
+        estimator.inertia_ = secure_inertia(
+            runtime,
+            random_state,
+            centers,
+            centers_tag=centers_tag,
+            step=step,
+            messages=messages,
+            **public,
+        )
+        return
+    runtime.broadcast(centers, tag=centers_tag)
+    for tag, payloads in (messages or {}).items():
+        runtime.send(payloads, tag=tag)
+    _labels_only(runtime, centers_tag, step, public)
+
+
+def _labels_only(runtime, centers_tag, step, public):
+    from ..federation._runtime import client_step_name
+
+    runtime.stage("client step: labels by the final centers")
+    runtime.run(
+        labels_only_step,
+        tag="labels",
+        inner=client_step_name(step),
+        inner_public={"centers_tag": centers_tag, **public},
+    )
 
 
 def labels_only_step(data, inbox, state, party, *, inner, inner_public):

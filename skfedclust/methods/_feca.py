@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from ..clusterers import local_kmeans as _local_kmeans
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import lloyd_statistics, secure_inertia, secure_lloyd_step
+from ._centroid_steps import final_labels, lloyd_statistics, secure_lloyd_step
 
 __all__ = [
     "FeCA",
@@ -546,6 +546,14 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         every client's sums and counts).
     secure_aggregation : bool, default=True
         Add the final Lloyd step's sums and counts by secure aggregation.
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -571,6 +579,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Sum of squared distances of the training rows to their nearest
         center, from a secure sum at the end of the fit (the server learns
         the total, not a client's share); :meth:`score` gives it for rows
@@ -623,7 +632,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import FeCA
     >>> X, _ = make_blobs(600, centers=4, cluster_std=0.5, random_state=0)
     >>> est = FeCA(n_clusters=4, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]
     ((4, 2), 1)
     >>> len(est.local_centers_), len(est.radii_)
     (3, 3)
@@ -631,6 +640,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "client_n_clusters": [None, Interval(numbers.Integral, 1, None, closed="left")],
         "radius": [StrOptions({"empirical", "theoretical"})],
@@ -660,6 +670,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         tol=1e-4,
         final_lloyd_step=False,
         secure_aggregation=True,
+        compute_inertia=False,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -677,6 +688,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
         self.tol = tol
         self.final_lloyd_step = final_lloyd_step
         self.secure_aggregation = secure_aggregation
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -737,7 +749,7 @@ class FeCA(CentroidPredictMixin, BaseFederatedClustering):
                 centers = runtime.server(lloyd_server_update, stats, centers=centers)
             centers_tag = "refined centers"
 
-        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag=centers_tag)
+        final_labels(self, runtime, random_state, centers, centers_tag=centers_tag)
         self.cluster_centers_ = centers
         self.n_clusters_ = len(centers)
         # What the clients sent, diagnostics included: the server saw it all.

@@ -22,7 +22,7 @@ from ..federation import Reply, releases_rows
 from ..secure import SumChannel
 from ..secure._moments import moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import secure_inertia
+from ._centroid_steps import final_labels
 
 # ``fuzzy_memberships`` is re-exported: the package's one membership rule
 # lives in :mod:`skfedclust.clusterers`.
@@ -165,6 +165,14 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         if none does, the largest clients seed in turn) and uploaded in an
         exchange of its own (one more round), or given distinct centers (no
         exchange).
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -188,6 +196,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Hard-assignment inertia of the final centers: the sum of squared
         distances of the training rows to their nearest center (not the
         fuzzy objective), from a secure sum at the end of the fit (the server
@@ -231,6 +240,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "aggregation": [StrOptions({"v1", "v2"})],
         "n_rounds": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -252,6 +262,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         v2_weighted=False,
         secure_aggregation=True,
         init="k-means++",
+        compute_inertia=False,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -265,6 +276,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.v2_weighted = v2_weighted
         self.secure_aggregation = secure_aggregation
         self.init = init
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -345,7 +357,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
             if t < self.n_rounds:
                 runtime.broadcast(centers, tag="global centers")
 
-        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="final centers")
+        final_labels(self, runtime, random_state, centers, centers_tag="final centers")
         self.cluster_centers_ = centers
         self.local_centers_ = [np.asarray(p[0]) for p in uploads.list()]
         self.n_iter_ = self.n_rounds
@@ -378,7 +390,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
             filled = masses > 0
             new[filled] = centers[filled] + moves[filled] / masses[filled, None]
             centers = new
-        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="final centers")
+        final_labels(self, runtime, random_state, centers, centers_tag="final centers")
         self.cluster_centers_ = centers
         self.local_centers_ = None
         self.n_iter_ = self.n_rounds

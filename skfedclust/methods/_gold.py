@@ -45,7 +45,7 @@ from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
 from ..secure import SumChannel, pooled_moments
 from ._base import BaseFederatedClustering
-from ._centroid_steps import inertia_message, pooled_inertia, secure_inertia
+from ._centroid_steps import final_labels, inertia_message, pooled_inertia
 
 __all__ = ["GOLDClustering", "GOLDServerResult", "gold_server_cluster"]
 
@@ -493,6 +493,14 @@ class GOLDClustering(BaseFederatedClustering):
         Number of global clusters (REMC's target). ``None`` returns the
         coarsest MCPL level: the number of clusters is then learnt (not in the
         paper).
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -553,6 +561,7 @@ class GOLDClustering(BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Global label of every input row (its micro-cluster's).
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Sum of squared distances of the training rows to their nearest
         prototype of ``cluster_centers_`` (in the input's units), from a
         secure sum at the end of the fit (the server learns the total, not a
@@ -643,6 +652,7 @@ class GOLDClustering(BaseFederatedClustering):
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [None, Interval(numbers.Integral, 1, None, closed="left")],
         "learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
         "local_init": [
@@ -671,6 +681,7 @@ class GOLDClustering(BaseFederatedClustering):
         self,
         n_clusters=8,
         *,
+        compute_inertia=False,
         partition=None,
         learning_rate=0.05,
         local_init="sqrt",
@@ -691,6 +702,7 @@ class GOLDClustering(BaseFederatedClustering):
         verbose=0,
     ):
         self.n_clusters = n_clusters
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.learning_rate = learning_rate
         self.local_init = local_init
@@ -784,7 +796,8 @@ class GOLDClustering(BaseFederatedClustering):
         self._centers_fitted = result.centers
         self.cluster_centers_ = self._to_input_units(result.centers)
         runtime.stage("client step: every row inherits its micro-cluster's label")
-        self.inertia_ = secure_inertia(
+        final_labels(
+            self,
             runtime,
             random_state,
             self.cluster_centers_,

@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..clusterers import awasthi_sheffet_kmeans, center_means, local_kmeans, nearest_center
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import secure_inertia
+from ._centroid_steps import final_labels
 
 __all__ = ["KFed"]
 
@@ -102,7 +102,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     ``n_clusters`` seeds, and runs Lloyd's algorithm on the pooled local centers
     to convergence, as the authors' code does. The global centers are sent back
     and each client labels its rows by nearest center. One round of
-    communication, then secure sums for ``inertia_``.
+    communication (then secure sums for ``inertia_`` with ``compute_inertia=True``).
 
     The paper's local solver is Awasthi and Sheffet's k-means (a projection on
     the top singular vectors, one k-means++ start, a 1:3 pruning, then Lloyd):
@@ -145,6 +145,14 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     max_iter : int, default=300
         Iterations of each local k-means, and at most of the server's Lloyd
         algorithm when ``n_lloyd_steps=None``.
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -166,6 +174,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Sum of squared distances of the training rows to their nearest
         center, from a secure sum at the end of the fit (the server learns
         the total, not a client's share); :meth:`score` gives it for rows
@@ -195,12 +204,13 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> clients = [X[:100], X[100:200], X[200:]]
     >>> est = KFed(n_clusters=3, random_state=0).fit(clients)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]
     ((3, 2), 1)
     """
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_local_clusters": [None, Interval(numbers.Integral, 1, None, closed="left")],
         "seed_client": [
@@ -225,6 +235,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
         local_solver="kmeans",
         n_init=10,
         max_iter=300,
+        compute_inertia=False,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -238,6 +249,7 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
         self.local_solver = local_solver
         self.n_init = n_init
         self.max_iter = max_iter
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -287,8 +299,8 @@ class KFed(CentroidPredictMixin, BaseFederatedClustering):
             weighted=self.weighted,
             max_iter=self.max_iter,
         )
-        self.inertia_ = secure_inertia(
-            runtime, random_state, self.cluster_centers_, centers_tag="global centers"
+        final_labels(
+            self, runtime, random_state, self.cluster_centers_, centers_tag="global centers"
         )
         self.local_centers_ = [p[0] for p in uploads.list()]
         self.n_iter_ = int(max(p[-1] for p in uploads.list()))

@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval
 from ..clusterers import local_kmeans
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import secure_inertia
+from ._centroid_steps import final_labels
 
 __all__ = ["KumarFederatedKMeans"]
 
@@ -114,6 +114,14 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
         Restarts of the first local k-means and of every server k-means.
     max_iter : int, default=300
         Iterations of each local k-means.
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``; ``None`` gives three IID
         clients.
@@ -131,6 +139,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Nearest-centroid label of each input row.
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Sum of squared distances of the training rows to their nearest
         center, from a secure sum at the end of the fit (the server learns
         the total, not a client's share); :meth:`score` gives it for rows
@@ -187,12 +196,13 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import KumarFederatedKMeans
     >>> X, _ = make_blobs(300, centers=3, random_state=0)
     >>> km = KumarFederatedKMeans(n_clusters=3, n_rounds=5, random_state=0).fit(X)
-    >>> km.cluster_centers_.shape, km.communication_["rounds"]  # inertia_ in evaluation rounds
+    >>> km.cluster_centers_.shape, km.communication_["rounds"]
     ((3, 2), 5)
     """
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_rounds": [Interval(numbers.Integral, 1, None, closed="left")],
         "weighted": ["boolean"],
@@ -208,6 +218,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
         weighted=False,
         n_init=10,
         max_iter=300,
+        compute_inertia=False,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -218,6 +229,7 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.weighted = weighted
         self.n_init = n_init
         self.max_iter = max_iter
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -256,8 +268,6 @@ class KumarFederatedKMeans(CentroidPredictMixin, BaseFederatedClustering):
             if r + 1 < self.n_rounds:
                 runtime.broadcast(centers, tag="global centroids")
 
-        self.inertia_ = secure_inertia(
-            runtime, random_state, centers, centers_tag="global centroids"
-        )
+        final_labels(self, runtime, random_state, centers, centers_tag="global centroids")
         self.cluster_centers_ = centers
         self.n_iter_ = self.n_rounds

@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..clusterers import local_kmeans, squared_distances
 from ..federation import Reply
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import secure_inertia
+from ._centroid_steps import final_labels
 
 __all__ = ["MAvg", "matched_average"]
 
@@ -114,7 +114,8 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     centers. The server takes one client's centers as reference slots, matches
     every client's centers to the slots with the Hungarian method (Euclidean
     cost) and outputs, per slot, the unweighted mean of the matched centers.
-    One round of communication, then secure sums for ``inertia_``. It is the
+    One round of communication (then secure sums for ``inertia_`` with
+    ``compute_inertia=True``). It is the
     "M-Avg" baseline of the FeCA paper, which describes it in one sentence;
     the details here are a reconstruction.
 
@@ -138,6 +139,14 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
         Iterations of every client's k-means.
     tol : float, default=1e-4
         Convergence tolerance of every client's k-means.
+    compute_inertia : bool, default=False
+        Compute ``inertia_`` after the fit: two secure sums over the clients
+        (a public bound on a client's inertia, then the inertia), five
+        evaluation rounds (their set-up included) and their bytes on top of
+        the method's own messages. Off by default, so that ``communication_`` counts the
+        method's messages only; :func:`~skfedclust.metrics.federated_score`
+        and :func:`~skfedclust.model_selection.select_n_clusters` evaluate a
+        fitted model when asked.
     partition : int, partition specification or None, default=None
         How to simulate clients from a pooled ``X``: an int gives that many IID
         clients, a specification from :mod:`skfedclust.partition` any other
@@ -164,6 +173,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
+        Only with ``compute_inertia=True``.
         Sum of squared distances of the training rows to their nearest
         center, from a secure sum at the end of the fit (the server learns
         the total, not a client's share); :meth:`score` gives it for rows
@@ -197,12 +207,13 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
     >>> from skfedclust import MAvg
     >>> X, _ = make_blobs(600, centers=3, cluster_std=0.5, random_state=0)
     >>> est = MAvg(n_clusters=3, partition=3, random_state=0).fit(X)
-    >>> est.cluster_centers_.shape, est.communication_["rounds"]  # inertia_ in evaluation rounds
+    >>> est.cluster_centers_.shape, est.communication_["rounds"]
     ((3, 2), 1)
     """
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
+        "compute_inertia": ["boolean"],
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "reference": [StrOptions({"first", "random"})],
         "n_refine": [Interval(numbers.Integral, 0, None, closed="left")],
@@ -222,6 +233,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
         n_init=10,
         max_iter=300,
         tol=1e-4,
+        compute_inertia=False,
         partition=None,
         n_jobs=None,
         random_state=None,
@@ -234,6 +246,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.compute_inertia = compute_inertia
         self.partition = partition
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -269,7 +282,7 @@ class MAvg(CentroidPredictMixin, BaseFederatedClustering):
                 UserWarning,
                 stacklevel=4,
             )
-        self.inertia_ = secure_inertia(runtime, random_state, centers, centers_tag="global centers")
+        final_labels(self, runtime, random_state, centers, centers_tag="global centers")
         self.cluster_centers_ = centers
         self.n_clusters_ = len(centers)
         self.local_centers_ = local

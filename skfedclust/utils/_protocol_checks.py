@@ -5,16 +5,11 @@
 >>> from skfedclust.utils.protocol_checks import check_protocol
 >>> X, _ = make_blobs(90, centers=3, random_state=0)
 >>> clients = [X[:30], X[30:60], X[60:]]
->>> from skfedclust.methods._centroid_steps import secure_inertia_communication
->>> inertia = secure_inertia_communication(3)  # labels and inertia_: two secure sums
 >>> # k-FED: one round; each client uploads k x d float64 centers and one int64.
 >>> runtime = check_protocol(
-...     KFed(3, random_state=0),
-...     clients,
-...     rounds=1 + inertia["rounds"],
-...     bytes_up=3 * (3 * 2 * 8 + 8) + inertia["bytes_up"],
+...     KFed(3, random_state=0), clients, rounds=1, bytes_up=3 * (3 * 2 * 8 + 8)
 ... )
->>> runtime.ledger.report()["bytes_down"] - inertia["bytes_down"]  # the centers, down
+>>> runtime.ledger.report()["bytes_down"]  # the global centers, down to each client
 144
 """
 
