@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .clusterers import nearest_center
 from .federation import InProcessRuntime, Reply, bound_only, build_federation, private_entropy
-from .secure import SecureAggregator, agree_bound
+from .secure import SecureAggregator, agree_bound, agree_column_bounds
 
 __all__ = [
     "clustering_accuracy",
@@ -287,41 +287,68 @@ def _centers_and_labels(data, inbox, state, centers_tag, labels_key):
     return np.asarray(centers, dtype=np.float64), labels
 
 
-def _moments(data, centers, labels, with_squares):
+def _moments(data, centers, labels):
     k, d = centers.shape
-    residuals = data - centers[labels]
     sums = np.zeros((k, d))
-    np.add.at(sums, labels, residuals)
-    counts = np.bincount(labels, minlength=k).astype(np.int64)
-    if not with_squares:
-        return sums, counts, None
-    squares = np.bincount(labels, weights=np.einsum("ij,ij->i", residuals, residuals), minlength=k)
-    return sums, counts, squares
+    np.add.at(sums, labels, data - centers[labels])
+    return sums, np.bincount(labels, minlength=k).astype(np.int64)
 
 
 @bound_only
-def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels_key, with_squares):
-    """Client step: the floats of :func:`cluster_moments_step`, flattened, for a bound.
+def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels_key):
+    """Client step: the residual sums of :func:`cluster_moments_step`, flattened, for a bound.
 
     Keeps the centers and the labels for the steps that follow.
     """
     centers, labels = _centers_and_labels(data, inbox, state, centers_tag, labels_key)
-    sums, _, squares = _moments(data, centers, labels, with_squares)
-    floats = sums.ravel() if squares is None else np.concatenate([sums.ravel(), squares])
-    return Reply(send=floats, keep={centers_tag: centers, "index labels": labels})
+    sums, _ = _moments(data, centers, labels)
+    return Reply(send=sums.ravel(), keep={centers_tag: centers, "index labels": labels})
 
 
-def cluster_moments_step(data, inbox, state, party, *, centers_tag, with_squares):
-    """Client step: per-cluster residual sums, counts (and squared residual sums).
+def cluster_moments_step(data, inbox, state, party, *, centers_tag):
+    """Client step: per-cluster residual sums and counts.
 
     For cluster ``j`` with public center ``c_j``: ``S_j = sum (x - c_j)``
-    over the client's rows of the cluster, ``n_j`` their number and, with
-    ``with_squares``, ``Q_j = sum ||x - c_j||^2``. Residuals against the
-    centers keep a large common offset from costing precision.
+    over the client's rows of the cluster and ``n_j`` their number.
+    Residuals against the centers keep a large common offset from costing
+    precision.
     """
     centers, labels = state[centers_tag], state["index labels"]
-    sums, counts, squares = _moments(data, centers, labels, with_squares)
-    return Reply(send=(sums, counts) if squares is None else (sums, counts, squares))
+    return Reply(send=_moments(data, centers, labels))
+
+
+def _residuals_around_means(data, centers, shifts, labels):
+    """``x - m_j`` with ``m_j = c_j + shift_j``, without forming ``m_j``.
+
+    ``x - c_j`` is split error-free into its rounded value and the rounding
+    error (Knuth's TwoSum); the rounded value minus the shift cancels exactly
+    where the mean is near the center, and the error is added back. So a
+    cluster a million times tighter than its distance to the center keeps all
+    its digits, at any offset of the data.
+    """
+    reference = centers[labels]
+    rounded = data - reference
+    back = rounded - data
+    error = (data - (rounded - back)) - (reference + back)
+    return (rounded - shifts[labels]) + error
+
+
+def squares_around_means_step(data, inbox, state, party, *, centers_tag, shifts_tag):
+    """Client step: per cluster, the sum of squared distances of its rows to the cluster mean.
+
+    The means arrive as shifts from the centers (``m_j - c_j``, under
+    ``shifts_tag``), as in :func:`distance_sums_step`; the sums of squares
+    are taken around the means themselves, not as ``sum ||x - c||^2 -
+    ||S||^2 / n``, whose cancellation loses the digits of tight clusters.
+    """
+    shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
+    centers, labels = state[centers_tag], state["index labels"]
+    diff = _residuals_around_means(data, centers, shifts, labels)
+    squares = np.einsum("ij,ij->i", diff, diff)
+    return Reply(
+        send=np.bincount(labels, weights=squares, minlength=len(centers)),
+        keep={shifts_tag: shifts},
+    )
 
 
 def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
@@ -335,7 +362,7 @@ def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     """
     shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
     centers, labels = state[centers_tag], state["index labels"]
-    diff = (data - centers[labels]) - shifts[labels]
+    diff = _residuals_around_means(data, centers, shifts, labels)
     dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     return Reply(
         send=np.bincount(labels, weights=dist, minlength=len(centers)), keep={shifts_tag: shifts}
@@ -358,10 +385,10 @@ def _aggregator(runtime, aggregator, random_state):
     return aggregator
 
 
-def _secure_moments(runtime, centers, *, aggregator, labels_key, with_squares, name):
+def _secure_moments(runtime, centers, *, aggregator, labels_key, name):
     tag = "index centers"
     runtime.broadcast(centers, tag=tag)
-    public = dict(centers_tag=tag, with_squares=with_squares)
+    public = dict(centers_tag=tag)
     bound = agree_bound(
         aggregator,
         cluster_moments_bound_step,
@@ -373,7 +400,7 @@ def _secure_moments(runtime, centers, *, aggregator, labels_key, with_squares, n
     total, _ = aggregator.sum(
         cluster_moments_step,
         tag=f"{name}: cluster moments",
-        bounds=[bound, None, bound] if with_squares else [bound, None],
+        bounds=[bound, None],
         **public,
     )
     counts = np.asarray(total[1])
@@ -384,6 +411,39 @@ def _secure_moments(runtime, centers, *, aggregator, labels_key, with_squares, n
             f"Number of labels is {n_labels}. Valid values are 2 to n_samples - 1 (inclusive)"
         )
     return total, filled
+
+
+def _secure_means(runtime, centers, *, aggregator, labels_key, name):
+    """Counts and mean shifts ``m_j - c_j`` of the clusters; the shifts go down to the clients."""
+    (sums, counts), filled = _secure_moments(
+        runtime,
+        centers,
+        aggregator=aggregator,
+        labels_key=labels_key,
+        name=name,
+    )
+    shifts = np.zeros_like(centers)
+    shifts[filled] = sums[filled] / counts[filled, None]
+    runtime.broadcast(shifts, tag="index mean shifts")
+    return counts, shifts, filled
+
+
+def _secure_cluster_sums(aggregator, step, *, name, per_cluster_bounds):
+    """The secure sum over the clients of ``step``'s per-cluster vector, under agreed bounds.
+
+    With ``per_cluster_bounds``, each cluster's entry gets a bound of its own
+    (:func:`~skfedclust.secure.agree_column_bounds`): a tight cluster's
+    value keeps its digits beside a loose one's.
+    """
+    public = dict(centers_tag="index centers", shifts_tag="index mean shifts")
+    bound = agree_bound(aggregator, step, tag=f"{name}: bound", **public) or 1.0
+    if per_cluster_bounds:
+        bound = agree_column_bounds(
+            aggregator, step, tag=f"{name}: bounds per cluster", bound=bound, **public
+        )
+        bound = np.maximum(bound, np.finfo(np.float64).tiny)
+    total, _ = aggregator.sum(step, tag=name, bounds=[bound], **public)
+    return np.asarray(total, dtype=np.float64)
 
 
 def secure_calinski_harabasz(
@@ -400,11 +460,16 @@ def secure_calinski_harabasz(
     ``B`` the between-cluster sum of squares, ``k`` the non-empty clusters.
 
     Protocol: the centers down; a public bound (:func:`~skfedclust.secure.agree_bound`)
-    on the clients' moments; one secure sum of the per-cluster residual sums
-    ``S_j = sum (x - c_j)``, counts ``n_j`` and squared residual sums
-    ``Q_j = sum ||x - c_j||^2``. Then ``mean_j = c_j + S_j / n_j`` and
-    ``W = sum_j Q_j - ||S_j||^2 / n_j``. One set-up round (unless
-    ``aggregator`` was set up already) and four rounds.
+    on the clients' moments and a secure sum of the per-cluster residual sums
+    ``S_j = sum (x - c_j)`` and counts ``n_j``, so ``mean_j = c_j + S_j /
+    n_j``; the shifts ``S_j / n_j`` down; a bound and a secure sum of the
+    per-cluster sums of squares around the means, ``W_j = sum ||x -
+    mean_j||^2``, each client taking ``x - mean_j`` as ``(x - c_j) - S_j /
+    n_j`` with the rounding of ``x - c_j`` added back. Computed around the
+    means (not as ``sum ||x - c_j||^2 - ||S_j||^2 / n_j``, whose
+    cancellation loses tight clusters' digits), the index equals the exact
+    one to about 1e-15 relative, at any offset of the data. One set-up round
+    (unless ``aggregator`` was set up already) and eight rounds.
 
     **What the server learns**: the per-cluster counts, means and
     within-cluster sums of squares (over all clients), how many clients'
@@ -449,26 +514,44 @@ def secure_calinski_harabasz(
     """
     centers = check_array(centers, dtype=np.float64, input_name="centers")
     aggregator = _aggregator(runtime, aggregator, random_state)
-    runtime.stage("Calinski-Harabasz: secure sums of the cluster moments")
-    (sums, counts, squares), filled = _secure_moments(
-        runtime,
-        centers,
-        aggregator=aggregator,
-        labels_key=labels_key,
-        with_squares=True,
-        name="Calinski-Harabasz",
+    runtime.stage("Calinski-Harabasz: secure sums of the cluster means")
+    counts, shifts, filled = _secure_means(
+        runtime, centers, aggregator=aggregator, labels_key=labels_key, name="Calinski-Harabasz"
+    )
+    runtime.stage("Calinski-Harabasz: secure sum of the squares around the means")
+    squares = _secure_cluster_sums(
+        aggregator,
+        squares_around_means_step,
+        name="Calinski-Harabasz: squares around the means",
+        per_cluster_bounds=False,
     )
     n = counts[filled].astype(np.float64)
-    S, Q, C = sums[filled], squares[filled], centers[filled]
-    within = float(max(np.sum(Q - np.einsum("ij,ij->i", S, S) / n), 0.0))
+    within = float(squares[filled].sum())
     # Means and the grand mean relative to one center: exact at any offset.
-    moved = C - C[0] + S / n[:, None]
+    C = centers[filled]
+    moved = C - C[0] + shifts[filled]
     grand = (n[:, None] * moved).sum(axis=0) / n.sum()
     between = float(np.sum(n * np.einsum("ij,ij->i", moved - grand, moved - grand)))
     k, n_samples = len(n), n.sum()
-    if within == 0.0:
+    if within <= _rounding_floor(n, shifts[filled]):
+        # No spread (scikit-learn's convention gives 1): identical rows at a
+        # distance from their center that float64 rounds leave a sum of
+        # squares at the level of that rounding, not an exact 0.
         return 1.0
     return float(between * (n_samples - k) / (within * (k - 1.0)))
+
+
+def _rounding_floor(counts, shifts):
+    """The within-cluster sum of squares that rounding ``x - c_j`` alone can make.
+
+    A row's residual from its center is exact to ``2**-53`` of its size; for
+    identical rows that size is the mean's shift from the center. A sum of
+    squares below ``n_j d (2**-50 max |shift_j|)**2`` is no spread at all.
+    """
+    if not len(counts):
+        return 0.0
+    scale = 2.0**-50 * np.abs(shifts).max(axis=1)
+    return float(np.sum(counts * shifts.shape[1] * scale**2))
 
 
 def secure_davies_bouldin(runtime, centers, *, labels_key=None, aggregator=None, random_state=None):
@@ -483,14 +566,16 @@ def secure_davies_bouldin(runtime, centers, *, labels_key=None, aggregator=None,
 
     Protocol: the centers down; a bound and a secure sum of the per-cluster
     residual sums and counts (the means); the means down (as shifts from
-    the centers, exact at any offset); a bound and a
-    secure sum of the per-cluster sums of distances to the means. One
-    set-up round (unless ``aggregator`` was set up already) and eight rounds.
+    the centers, exact at any offset); a bound, per-cluster bounds
+    (:func:`~skfedclust.secure.agree_column_bounds`, so that a tight
+    cluster's distances keep their digits beside a loose one's) and a secure
+    sum of the per-cluster sums of distances to the means. One set-up round
+    (unless ``aggregator`` was set up already) and ten rounds.
 
     **What the server learns**: the per-cluster counts, means and sums of
     distances to the means (over all clients), the binary ranges of the
-    clients' largest sums, and which clients answered; nothing of a single
-    client.
+    clients' largest sums (overall and per cluster), and which clients
+    answered; nothing of a single client.
 
     Parameters
     ----------
@@ -514,22 +599,15 @@ def secure_davies_bouldin(runtime, centers, *, labels_key=None, aggregator=None,
     centers = check_array(centers, dtype=np.float64, input_name="centers")
     aggregator = _aggregator(runtime, aggregator, random_state)
     runtime.stage("Davies-Bouldin: secure sums of the cluster means")
-    (sums, counts), filled = _secure_moments(
-        runtime,
-        centers,
-        aggregator=aggregator,
-        labels_key=labels_key,
-        with_squares=False,
-        name="Davies-Bouldin",
+    counts, shifts, filled = _secure_means(
+        runtime, centers, aggregator=aggregator, labels_key=labels_key, name="Davies-Bouldin"
     )
-    shifts = np.zeros_like(centers)
-    shifts[filled] = sums[filled] / counts[filled, None]
-    runtime.broadcast(shifts, tag="index mean shifts")
     runtime.stage("Davies-Bouldin: secure sums of the distances to the means")
-    public = dict(centers_tag="index centers", shifts_tag="index mean shifts")
-    bound = agree_bound(aggregator, distance_sums_step, tag="Davies-Bouldin: bound", **public)
-    distances, _ = aggregator.sum(
-        distance_sums_step, tag="Davies-Bouldin: distances", bounds=bound or 1.0, **public
+    distances = _secure_cluster_sums(
+        aggregator,
+        distance_sums_step,
+        name="Davies-Bouldin: distances",
+        per_cluster_bounds=True,
     )
     intra = distances[filled] / counts[filled]
     # Means relative to one center: exact at any offset.

@@ -1055,6 +1055,26 @@ def agree_column_bounds(
     ``coarseness``, at most ``window``) its largest entry lies below the
     overall bound; the server learns those histograms, not whose they are.
 
+    Parameters
+    ----------
+    aggregator : SecureAggregator
+        The fit's aggregator.
+    step : callable
+        A client step whose ``send`` is the array to bound (its last axis
+        holds the columns).
+    tag : str
+        Name of the sum.
+    bound : float
+        The overall bound, from :func:`agree_bound`.
+    window : int, default=64
+        Binary orders below ``bound`` that the histograms cover.
+    coarseness : int, default=4
+        Binary orders per range of the histograms.
+    clients : list of int, default=None
+        Clients taking part.
+    **public
+        Public constants of ``step``.
+
     Returns
     -------
     bounds : ndarray of shape (n_columns,)
