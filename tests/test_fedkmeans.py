@@ -418,9 +418,10 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     X = _data()
     clients = [X[:150], X[150:300], X[300:450], X[450:]]
     init = X[:5].copy()
-    # Secure sums: row bound, moments, deviation bound, centered moments; then
-    # one per Lloyd iteration. Client 2 drops in the second iteration.
-    DropInUpload.at = 5
+    # Secure sums: row bound, moments, deviation bound, per-feature deviation
+    # bounds, centered moments; then one per Lloyd iteration. Client 2 drops in
+    # the second iteration.
+    DropInUpload.at = 6
     with use_runtime(DropInUpload):
         fk = FederatedKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
     first = _central_lloyd_step(X, init)
@@ -467,7 +468,8 @@ def test_client_sampling_is_public_and_reproducible():
     assert adjusted_rand_score(y, a.labels_) > 0.95
     # Four of eight clients upload in each Lloyd iteration, on a complete graph.
     (runtime,) = runtimes
-    statistics = [r for r in runtime.received if r.tag == TAG_UPLOAD][4:-1]
+    # (the first five uploads are the moments' sums and bounds, the last the inertia's)
+    statistics = [r for r in runtime.received if r.tag == TAG_UPLOAD][5:-1]
     assert statistics and all(len(r) == 4 for r in statistics)
     assert len({tuple(r) for r in statistics}) > 1
 
@@ -493,3 +495,18 @@ def test_transform_and_score_on_new_rows():
     np.testing.assert_allclose(fk.score([new[:100], new[100:]]), km.score(new), rtol=1e-9)
     clear = FederatedKMeans(5, partition=3, random_state=0, secure_aggregation=False).fit(X)
     np.testing.assert_allclose(clear.score(new), km.score(new), rtol=1e-9)
+
+
+@pytest.mark.parametrize("ratio", [1e6, 1e12, 1e18])
+def test_centers_are_exact_in_every_feature_whatever_the_mix_of_scales(ratio):
+    # One public bound for all features rounded the narrow feature to the wide
+    # one's fixed-point step (4e-6 of its spread at 1e12, 48% at 1e18); the
+    # clients now agree a bound per feature.
+    X, _ = make_blobs(300, centers=3, random_state=0)
+    X = X * [1.0, ratio]
+    init = X[[0, 100, 200]]
+    km = KMeans(3, init=init, n_init=1, tol=0, algorithm="lloyd").fit(X)
+    fk = FederatedKMeans(3, init=init, tol=0, random_state=0).fit([X[:100], X[100:200], X[200:]])
+    error = np.abs(fk.cluster_centers_ - km.cluster_centers_) / X.std(axis=0)
+    assert error.max() < 1e-9
+    np.testing.assert_array_equal(fk.labels_, km.labels_)

@@ -616,6 +616,18 @@ def nearest_radius(centers, mean, spread):
     return float(np.sqrt(np.einsum("ij,ij->i", gaps, gaps)).min())
 
 
+def feature_radius(centers, mean, spread, radius):
+    """Per feature, a bound on ``|x_f - c_f|`` for every row ``x`` and its nearest center ``c``.
+
+    ``|x_f - c_f| <= spread_f + |mean_f - c_f|`` for any center, and no
+    more than the distance ``radius`` to the nearest center: the smaller of
+    the two, so that the per-cluster sums of a narrow feature get a bound of
+    their own scale.
+    """
+    gaps = np.asarray(spread) + np.abs(np.asarray(centers) - np.asarray(mean)).max(axis=0)
+    return np.minimum(gaps, radius)
+
+
 def _relocate_empty(centers, new, sums, counts, inertia, far):
     """Move each empty cluster to the mean of a donor cluster's far rows.
 
@@ -849,12 +861,14 @@ class FederatedKMeans(
     statistics reach the server.
 
     **Bounds.** Fixed point needs a public bound on each client's entries.
-    The clients agree once per fit on a power of two ``D`` above every
-    ``|x_i - m_i|`` (``m`` the securely aggregated mean). Every row then lies
-    within ``R = min_c ||D + |m - c| ||`` of its nearest center, so a
-    client of ``n_c`` rows has per-cluster sums below ``n_c R`` and squared
-    distances below ``n_c R^2`` in absolute value; the bounds are twice
-    these. A client whose values exceed them refuses to upload.
+    The clients agree once per fit, per feature, on powers of two ``D_i``
+    above every ``|x_i - m_i|`` (``m`` the securely aggregated mean). Every
+    row then lies within ``R = min_c ||D + |m - c| ||`` of its nearest
+    center, and within ``R_i = min(R, D_i + max_c |m_i - c_i|)`` of it in
+    feature ``i``, so a client of ``n_c`` rows has per-cluster sums below
+    ``n_c R_i`` in feature ``i`` and squared distances below ``n_c R^2`` in
+    absolute value; the bounds are twice these. Features of any mix of scales
+    keep their digits. A client whose values exceed them refuses to upload.
 
     **Empty clusters.** scikit-learn moves an empty cluster to the row
     farthest from its center, which would send that row to the server. Here
@@ -1017,6 +1031,16 @@ class FederatedKMeans(
         spread = adder.bound(
             moments_deviations, tag="bound on the deviations", clients=survivors, mean=rough
         )
+        # One bound per feature: a feature 1e12 times narrower than another
+        # keeps its digits in the fixed-point sums (one bound for all would
+        # round its centers to a step set by the widest feature).
+        spread = adder.column_bounds(
+            moments_deviations,
+            tag="bounds on the deviations per feature",
+            bound=spread,
+            clients=survivors,
+            mean=rough,
+        )
         bounds = None if spread is None else [_MARGIN * n_c * spread, _MARGIN * n_c * spread**2]
         (first, second), survivors2 = adder.sum(
             moments_centered,
@@ -1104,7 +1128,8 @@ class FederatedKMeans(
             bounds = None
             if spread is not None:
                 radius = nearest_radius(centers, rough, spread)
-                bounds = [_MARGIN * n_c * radius, None, _MARGIN * n_c * radius**2, None]
+                per_feature = feature_radius(centers, rough, spread, radius)
+                bounds = [_MARGIN * n_c * per_feature, None, _MARGIN * n_c * radius**2, None]
             runtime.stage(f"iteration {i + 1}: client step, per-cluster statistics")
             (sums, counts, inertia, changed), survivors = adder.sum(
                 fedkmeans_lloyd_statistics,

@@ -108,6 +108,26 @@ class SumChannel:
             self.aggregator, step, tag=tag, clients=clients, coarseness=coarseness, **public
         )
 
+    def column_bounds(self, step, *, tag, bound, clients=None, **public):
+        """Public per-column bounds below ``bound`` (``None`` without secure sums).
+
+        See :func:`~skfedclust.secure.agree_column_bounds`: a feature whose
+        values are far smaller than another's gets a bound of its own, so its
+        sums keep their digits in fixed point.
+        """
+        if not self.secure or bound is None:
+            return None
+        return agree_column_bounds(
+            self.aggregator,
+            step,
+            tag=tag,
+            bound=bound if bound > 0 else 1.0,
+            window=_WINDOW,
+            coarseness=4,
+            clients=clients,
+            **public,
+        )
+
 
 def pooled_moments(channel, *, clients=None, tag="moments"):
     """Pooled row count, mean and per-feature variance of the clients' rows.

@@ -267,31 +267,6 @@ def _leaves(spec):
     return [spec]
 
 
-def _check_step_not_coarser(values, shift, k, who):
-    """Refuse a component whose every value is below the fixed-point step of its bound.
-
-    A public bound far above the values (1e300 for values of 1 to 3) gives a
-    step so coarse that the whole contribution rounds to 0 or one step: the
-    sum would come back as 0 without a word. Only the client sees its values,
-    so it refuses here. A single tiny entry beside larger ones is not refused:
-    its absolute error stays below the step, negligible next to the bound.
-    """
-    if not values.size:
-        return
-    largest = np.abs(values)
-    worst = int(np.argmax(largest))
-    if largest[worst] == 0:
-        return
-    step = np.ldexp(1.0, -shift)
-    if np.all(largest < step):
-        raise ValueError(
-            f"{who}: component {k} of the secure sum is below the fixed-point step of its "
-            f"public bound (largest |x| = {largest[worst]:.6g}, step {step[worst]:.3g}): the "
-            "bound is far looser than the values and the sum would decode to 0; agree a "
-            "tighter bound"
-        )
-
-
 def _encode(arrays, spec, shifts, n_clients, who):
     """Fixed-point (or exact integer) encoding of the flattened arrays in Z_{2**64}."""
     limit = 2.0**62 / max(n_clients, 1)
@@ -310,7 +285,6 @@ def _encode(arrays, spec, shifts, n_clients, who):
         if not np.all(np.isfinite(values)):
             raise ValueError(f"{who}: component {k} of the secure sum is not finite")
         shift = _entry_shifts(shift, np.shape(array))
-        _check_step_not_coarser(values, shift, k, who)
         scaled = np.rint(np.ldexp(values, shift))
         if scaled.size and np.abs(scaled).max() >= limit:
             worst = int(np.argmax(np.abs(scaled)))
@@ -811,9 +785,7 @@ class SecureAggregator:
             any one client (one per component, ``None`` for an integer one,
             or one number for all); integer components need none. Required
             when the payload has float components. A client refuses (a
-            ``ValueError``) a value above its bound, and a component whose
-            every value is below the bound's fixed-point step (a bound so
-            loose that the sum would decode to 0).
+            ``ValueError``) a value above its bound.
         clients : list of int, default=None
             Clients taking part; all by default.
         **public
