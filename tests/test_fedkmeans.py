@@ -1,9 +1,12 @@
 """FederatedKMeans: scikit-learn's Lloyd on the pooled rows, from secure sums only."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 import skfedclust.methods._fedkmeans as fedkmeans
@@ -510,3 +513,28 @@ def test_centers_are_exact_in_every_feature_whatever_the_mix_of_scales(ratio):
     error = np.abs(fk.cluster_centers_ - km.cluster_centers_) / X.std(axis=0)
     assert error.max() < 1e-9
     np.testing.assert_array_equal(fk.labels_, km.labels_)
+
+
+def test_float32_input_gives_float32_centers_and_distances_as_kmeans_does():
+    X, _ = make_blobs(300, centers=3, random_state=0)
+    X32 = X.astype(np.float32)
+    for data in (X32, [X32[:100], X32[100:200], X32[200:]]):
+        fk = FederatedKMeans(3, random_state=0).fit(data)
+        assert fk.cluster_centers_.dtype == np.float32
+        assert fk.transform(X32[:5]).dtype == np.float32
+    reference = FederatedKMeans(3, random_state=0).fit(X32.astype(np.float64))
+    assert reference.cluster_centers_.dtype == np.float64
+    np.testing.assert_allclose(
+        FederatedKMeans(3, random_state=0).fit(X32).cluster_centers_,
+        reference.cluster_centers_,
+        rtol=1e-6,
+    )
+
+
+def test_fewer_distinct_rows_than_clusters_warns_as_kmeans_does():
+    X = np.array([[0.0, 0.0], [1.0, 1.0]] * 15)
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(2\).*n_clusters \(3\)"):
+        FederatedKMeans(3, random_state=0).fit([X[:10], X[10:20], X[20:]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        FederatedKMeans(2, random_state=0).fit([X[:10], X[10:20], X[20:]])

@@ -268,6 +268,27 @@ def _feature_names(Xi):
     return names
 
 
+def _is_float32(block):
+    dtypes = getattr(block, "dtypes", None)
+    if dtypes is not None:  # a DataFrame
+        return len(dtypes) > 0 and all(np.dtype(t) == np.float32 for t in dtypes)
+    return getattr(block, "dtype", None) == np.float32
+
+
+def float32_input(X):
+    """Whether every block of ``X`` (any input form of fit) is float32.
+
+    Computation runs in float64 (the secure sums in fixed point); an
+    estimator that keeps its input's precision, as scikit-learn's KMeans
+    does, casts what it learnt back to float32.
+    """
+    form = input_form(X)
+    if form == "pooled":
+        return _is_float32(X)
+    blocks = X if form == "clients" else [b for group in X for b in group]
+    return len(blocks) > 0 and all(_is_float32(b) for b in blocks)
+
+
 def check_client_array(Xi, name):
     """Validate one client's block: a finite 2-D float array with at least one row."""
     try:

@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers import nearest_center, normalized_frame, squared_distances
 from ..federation import Federation, InProcessRuntime, Reply, bound_only
-from ..federation._inputs import MAX_MAGNITUDE, input_form
+from ..federation._inputs import MAX_MAGNITUDE, float32_input, input_form
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import thread_pool
 from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
@@ -616,6 +616,17 @@ def nearest_radius(centers, mean, spread):
     return float(np.sqrt(np.einsum("ij,ij->i", gaps, gaps)).min())
 
 
+def _warn_if_fewer_clusters(n_filled, n_clusters):
+    """scikit-learn's warning when the rows fill fewer clusters than asked."""
+    if n_filled < n_clusters:
+        warnings.warn(
+            f"Number of distinct clusters ({n_filled}) found smaller than n_clusters "
+            f"({n_clusters}). Possibly due to duplicate points in the clients' rows.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+
+
 def feature_radius(centers, mean, spread, radius):
     """Per feature, a bound on ``|x_f - c_f|`` for every row ``x`` and its nearest center ``c``.
 
@@ -1148,6 +1159,9 @@ class FederatedKMeans(
                 new = self._relocate(
                     runtime, adder, centers, new, sums, counts, inertia, survivors, bounds
                 )
+                # A relocated empty cluster holds rows again.
+                filled = filled | np.any(new != centers, axis=1)
+            self._n_filled = int(filled.sum())
             if everyone and int(changed[0]) == 0:
                 centers = new
                 break
@@ -1275,8 +1289,9 @@ class FederatedKMeans(
                 runtime, adder, centers, active, rough, spread, output=len(starts) == 1
             )
             if best is None or inertia < best[0]:
-                best = (inertia, centers, n_iter, r)
-        self.inertia_, self.cluster_centers_, self.n_iter_, _ = best
+                best = (inertia, centers, n_iter, r, self.__dict__.pop("_n_filled", len(centers)))
+        self.inertia_, self.cluster_centers_, self.n_iter_, _, n_filled = best
+        _warn_if_fewer_clusters(n_filled, self.n_clusters)
         if len(starts) > 1:
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=active)
             runtime.stage("client step: nearest-center labels")
@@ -1533,6 +1548,30 @@ class FederatedKMeans(
         # A noisy sum of squares may come out negative; zero is the nearest inertia.
         return max(float(total[0]), 0.0)
 
+    def fit(self, X, y=None, client_ids=None):
+        """Run federated Lloyd (or its private version).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or list of array-like
+            Pooled data, or a list of per-client arrays; float32 input gives
+            float32 ``cluster_centers_``, as in :class:`~sklearn.cluster.KMeans`
+            (the protocol computes in float64).
+        y : array-like of shape (n_samples,), default=None
+            Used only by label-skewed partition specifications.
+        client_ids : array-like of shape (n_samples,), default=None
+            Client of each pooled row.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        super().fit(X, y, client_ids=client_ids)
+        if float32_input(X):
+            self.cluster_centers_ = self.cluster_centers_.astype(np.float32)
+        return self
+
     @property
     def _n_features_out(self):
         # Columns of transform: one distance per center.
@@ -1550,11 +1589,15 @@ class FederatedKMeans(
         Returns
         -------
         distances : ndarray of shape (n_samples, n_clusters)
-            Euclidean distances, translation invariant at any offset.
+            Euclidean distances, translation invariant at any offset
+            (computed in float64; float32 for float32 ``X``, as in
+            :class:`~sklearn.cluster.KMeans`).
         """
         check_is_fitted(self, "cluster_centers_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return np.sqrt(squared_distances(X, self.cluster_centers_))
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
+        distances = np.sqrt(squared_distances(X.astype(np.float64, copy=False), centers))
+        return distances.astype(X.dtype, copy=False)
 
     def fit_transform(self, X, y=None, client_ids=None):
         """Fit and return the distances of the input rows to the centers.
