@@ -86,7 +86,11 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
                 f"{federation.n_samples} samples, {federation.n_features} features"
             )
             self._fit_runtime(runtime, random_state)
+        self._keep_input_precision(X)
         return self
+
+    def _keep_input_precision(self, X):
+        """Cast what was learnt to the input's precision (a hook; nothing by default)."""
 
     def _fit_runtime(self, runtime, random_state):
         """Run the protocol on ``runtime`` and store what every fitted estimator has.

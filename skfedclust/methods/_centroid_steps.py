@@ -6,6 +6,7 @@ Each is a client step of the protocol runtime: ``step(data, inbox, state, party,
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -279,22 +280,7 @@ def final_labels(
             **public,
         )
         return
-    runtime.broadcast(centers, tag=centers_tag)
-    for tag, payloads in (messages or {}).items():
-        runtime.send(payloads, tag=tag)
-    _labels_only(runtime, centers_tag, step, public)
-
-
-def _labels_only(runtime, centers_tag, step, public):
-    from ..federation._runtime import client_step_name
-
-    runtime.stage("client step: labels by the final centers")
-    runtime.run(
-        labels_only_step,
-        tag="labels",
-        inner=client_step_name(step),
-        inner_public={"centers_tag": centers_tag, **public},
-    )
+    _labels_without_inertia(runtime, centers, centers_tag, step, messages, public, asked=False)
 
 
 def labels_only_step(data, inbox, state, party, *, inner, inner_public):
@@ -305,22 +291,30 @@ def labels_only_step(data, inbox, state, party, *, inner, inner_public):
     return Reply(keep=reply.keep, output=reply.output)
 
 
-def _labels_without_inertia(runtime, centers, centers_tag, step, messages, public):
-    """Fewer clients than a secure sum takes: the clients label their rows; no inertia."""
+def _labels_without_inertia(runtime, centers, centers_tag, step, messages, public, asked=True):
+    """The clients label their rows; no inertia (not asked, or too few clients to sum it).
+
+    The labelling is the method's last stage when no inertia is asked; when
+    one is asked but cannot be summed, it stays counted as evaluation.
+    """
     from ..federation._runtime import client_step_name
 
-    warnings.warn(
-        f"inertia_ needs a secure sum of at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients (with "
-        f"{runtime.n_clients} it would tell each client the others' inertia); it is nan. "
-        "score(X) gives the inertia of rows you hold.",
-        UserWarning,
-        stacklevel=4,
-    )
+    if asked:
+        warnings.warn(
+            f"inertia_ needs a secure sum of at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients "
+            f"(with {runtime.n_clients} it would tell each client the others' inertia); it is "
+            "nan. score(X) gives the inertia of rows you hold.",
+            UserWarning,
+            stacklevel=4,
+        )
     runtime.broadcast(centers, tag=centers_tag)
     for tag, payloads in (messages or {}).items():
         runtime.send(payloads, tag=tag)
-    runtime.stage("client step: labels (no inertia: too few clients for a secure sum)")
-    with runtime.evaluation():
+    runtime.stage(
+        "client step: labels"
+        + (" (no inertia: too few clients for a secure sum)" if asked else " by the final centers")
+    )
+    with runtime.evaluation() if asked else contextlib.nullcontext():
         runtime.run(
             labels_only_step,
             tag="labels",

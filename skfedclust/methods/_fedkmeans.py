@@ -1548,29 +1548,10 @@ class FederatedKMeans(
         # A noisy sum of squares may come out negative; zero is the nearest inertia.
         return max(float(total[0]), 0.0)
 
-    def fit(self, X, y=None, client_ids=None):
-        """Run federated Lloyd (or its private version).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or list of array-like
-            Pooled data, or a list of per-client arrays; float32 input gives
-            float32 ``cluster_centers_``, as in :class:`~sklearn.cluster.KMeans`
-            (the protocol computes in float64).
-        y : array-like of shape (n_samples,), default=None
-            Used only by label-skewed partition specifications.
-        client_ids : array-like of shape (n_samples,), default=None
-            Client of each pooled row.
-
-        Returns
-        -------
-        self : object
-            Fitted estimator.
-        """
-        super().fit(X, y, client_ids=client_ids)
+    def _keep_input_precision(self, X):
+        # As KMeans: float32 input, float32 centers (the protocol computes in float64).
         if float32_input(X):
             self.cluster_centers_ = self.cluster_centers_.astype(np.float32)
-        return self
 
     @property
     def _n_features_out(self):

@@ -30,6 +30,7 @@ from ._accounting import (
     gaussian_epsilon,
     gaussian_sigma,
 )
+from ._audit import audit_epsilon
 from ._dp import (
     FactorNoiseScales,
     add_gaussian_noise,
@@ -70,6 +71,7 @@ from ._secure_sum import (
 )
 
 __all__ = [
+    "audit_epsilon",
     "BudgetError",
     "NEIGHBOURING_RELATIONS",
     "PrivacyAccountant",
