@@ -96,8 +96,8 @@ def audit_epsilon(
     ----------
     statistic : callable
         ``statistic(data, seed) -> float``: one run of the mechanism.
-    neighbours : tuple of two data sets
-        Two inputs of the mechanism that differ in one individual, under the
+    neighbours : tuple
+        Two data sets, inputs of the mechanism that differ in one individual, under the
         neighbouring relation of the claim (add/remove or replace one row).
         Any objects ``statistic`` takes.
     n_trials : int, default=200
