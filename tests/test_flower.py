@@ -1958,3 +1958,30 @@ def test_a_node_gives_its_steps_its_cores_or_its_n_threads():
     assert node_threads({}) == threads_per_step(None) >= 1
     assert node_threads({"n-threads": 3}) == 3
     assert node_threads({"n-threads": 0}) == 1
+
+
+def test_the_flower_pages_transport_table_is_what_the_records_carry():
+    """The guide's table of k-FED's bytes on Flower is the code's, kind by kind."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "doc" / "user_guide" / "flower.rst").read_text()
+    table = page[page.index(".. list-table:: k-FED, three nodes of 200 rows, bytes") :]
+    table = table[: table.index("\n\n", table.index("* - Messages"))]
+    rows = {}
+    for name, *cells in re.findall(r"\* - (.+)\n\s+- (.+)\n\s+- (.+)\n\s+- (.+)", table):
+        rows[name.strip()] = [c.strip().replace(",", "") for c in cells]
+    X, _ = make_blobs(n_samples=600, centers=3, cluster_std=0.8, random_state=0)
+    est, _, _ = _local_fit(KFed(n_clusters=3, random_state=0), [X[:200], X[200:400], X[400:]])
+    by_kind = est.transport_["by_kind"]
+    ledger = est.communication_["bytes_up"] + est.communication_["bytes_down"]
+    expected = {
+        "handshake": [by_kind["handshake"]["to_nodes"], by_kind["handshake"]["from_nodes"]],
+        "protocol steps": [by_kind["step"]["to_nodes"], by_kind["step"]["from_nodes"], ledger],
+        "end of the fit": [by_kind["finish"]["to_nodes"], by_kind["finish"]["from_nodes"]],
+    }
+    assert set(rows) == {"Messages", *expected}
+    for name, values in expected.items():
+        stated = [int(c) for c in rows[name] if c != "not counted"]
+        assert stated == values, name
+    # Nothing else travelled: no relay, no separate diagnostics.
+    assert by_kind["relay"] == by_kind["outputs"] == {"to_nodes": 0, "from_nodes": 0}
