@@ -24,3 +24,23 @@ def test_flower_pages_kfed_bytes_are_the_ledgers():
                       text, flags=re.S)  # fmt: skip
     assert (int(prose[1]), int(prose[2])) == (comm["bytes_up"], comm["bytes_down"])
     assert comm["rounds"] == 1
+
+
+def test_decision_pages_fedsc_rounds_are_the_codes():
+    import warnings
+
+    from sklearn.datasets import load_iris
+
+    from skfedclust import FedSpectralClustering
+
+    text = (DOC / "choosing_a_method.rst").read_text()
+    stated = re.search(r"``n_rounds`` \((\d+)\) and nine more \((\d+) with the defaults\), "
+                       r"and one set-up round", text)  # fmt: skip
+    X = load_iris().data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FedSpectralClustering(3, random_state=0).fit([X[:50], X[50:100], X[100:]])
+    comm = est.communication_
+    assert int(stated[1]) == est.n_rounds
+    assert int(stated[2]) == comm["rounds"] == est.n_rounds + 9
+    assert comm["setup_rounds"] == 1
