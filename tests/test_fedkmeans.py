@@ -538,3 +538,38 @@ def test_fewer_distinct_rows_than_clusters_warns_as_kmeans_does():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         FederatedKMeans(2, random_state=0).fit([X[:10], X[10:20], X[20:]])
+
+
+def test_farthest_row_relocation_equals_kmeans_from_the_same_start():
+    # scikit-learn's four-point case: one center starts far away and is empty.
+    X = np.array([[0, 0], [0.5, 0], [0.5, 1], [1, 1]], dtype=float)
+    init = np.array([[0.5, 0.5], [3, 3]])
+    km = KMeans(2, init=init, n_init=1).fit(X)
+    fk = FederatedKMeans(2, init=init, empty_clusters="farthest-row", random_state=0)
+    fk.fit([X[:2], X[2:3], X[3:]])
+    assert km.inertia_ == fk.inertia_ == 0.25
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_)
+    # Two empty clusters at once, rows spread over the clients.
+    X, _ = make_blobs(90, centers=3, random_state=1)
+    init = np.vstack([X[[0, 30, 60]], [[100.0, 100.0], [-100.0, 100.0]]])
+    km = KMeans(5, init=init, n_init=1, tol=0, algorithm="lloyd").fit(X)
+    fk = FederatedKMeans(5, init=init, tol=0, empty_clusters="farthest-row", random_state=0)
+    fk.fit([X[:30], X[30:60], X[60:]])
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=1e-9)
+    assert fk.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
+
+
+def test_a_default_node_refuses_to_send_its_farthest_row():
+    from skfedclust.federation._policy import NodePolicy
+
+    X = np.array([[0, 0], [0.5, 0], [0.5, 1], [1, 1]] * 3, dtype=float)
+    init = np.array([[0.5, 0.5], [3, 3]])
+    est = FederatedKMeans(2, init=init, empty_clusters="farthest-row", random_state=0)
+
+    def deployed(federation, **kwargs):
+        return InProcessRuntime(federation, **{**kwargs, "policy": NodePolicy()})
+
+    with use_runtime(deployed), pytest.raises(PermissionError, match="row"):
+        est.fit([X[:4], X[4:8], X[8:]])

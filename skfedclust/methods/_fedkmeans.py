@@ -42,8 +42,11 @@ __all__ = ["FederatedKMeans"]
 
 TAG_CENTERS = "centers"
 TAG_RELOCATE = "relocation request"
+TAG_FARTHEST = "farthest rows request"
+TAG_FARTHEST_PICK = "farthest rows picked"
 #: Key of a client's labels of the last Lloyd iteration in its private state.
 _LABELS = "fedkmeans: labels"
+_FARTHEST = "fedkmeans: farthest rows"
 #: Key of a client's per-column least and greatest values (its own, kept).
 _COLUMN_RANGE = "fedkmeans: column range"
 #: Safety factor of every public bound: covers the rounding of the clients'
@@ -335,6 +338,74 @@ def fedkmeans_far_rows(data, inbox, state, party):
         sums[i] = deviations[far].sum(axis=0)
         counts[i] = np.count_nonzero(far)
     return Reply(send=(sums, counts))
+
+
+def _own_farthest(data, centers, labels, n):
+    """The ``n`` rows farthest from their centers: largest first, later rows first on ties."""
+    deviations = data - centers[labels]
+    squared = np.einsum("ij,ij->i", deviations, deviations)
+    order = np.lexsort((-np.arange(len(squared)), -squared))[:n]
+    return order, squared[order]
+
+
+def fedkmeans_largest_distances(data, inbox, state, party):
+    """Client step of scikit-learn's empty-cluster rule: the client's largest squared distances.
+
+    Sends the ``n_empty`` largest squared distances of its rows to their
+    centers (of this iteration, sent with the request), largest first.
+    """
+    request = inbox[TAG_FARTHEST]
+    centers = np.asarray(request["centers"], dtype=np.float64)
+    order, squared = _own_farthest(data, centers, state[_LABELS], int(request["n_empty"]))
+    return Reply(send=squared, keep={_FARTHEST: order})
+
+
+def fedkmeans_farthest_rows(data, inbox, state, party):
+    """Client step: the rows the server picked among the client's farthest, with their clusters.
+
+    The rows themselves leave the client (scikit-learn's rule moves an
+    empty cluster onto a row); a deployed node's default policy refuses.
+    """
+    m = int(inbox[TAG_FARTHEST_PICK])
+    order = state[_FARTHEST][:m]
+    return Reply(send=(data[order], state[_LABELS][order].astype(np.int64)))
+
+
+def _farthest_picks(distances, *, n_empty):
+    """Server step: how many of the ``n_empty`` farthest rows each client holds.
+
+    Ties go to the later client, as within a client to the later row.
+    """
+    candidates = [
+        (float(value), client, -rank)
+        for client, values in zip(list(distances), distances.list())
+        for rank, value in enumerate(np.atleast_1d(values))
+    ]
+    candidates.sort(reverse=True)
+    picks = {}
+    for _, client, _ in candidates[:n_empty]:
+        picks[client] = picks.get(client, 0) + 1
+    return picks
+
+
+def _move_to_farthest_rows(rows, *, centers, sums, counts, empty):
+    """Server step: each empty cluster becomes a far row, which leaves its cluster (as KMeans)."""
+    sums, counts = np.array(sums, dtype=np.float64), np.array(counts, dtype=np.int64)
+    picked = [
+        (float(np.sum((row - centers[label]) ** 2)), client, -i, row, int(label))
+        for client, (client_rows, labels) in zip(list(rows), rows.list())
+        for i, (row, label) in enumerate(zip(client_rows, labels))
+    ]
+    picked.sort(key=lambda p: p[:3], reverse=True)
+    new = np.array(centers, dtype=np.float64, copy=True)
+    for e, (_, _, _, row, old) in zip(empty, picked):
+        sums[old] -= row - centers[old]
+        counts[old] -= 1
+        new[e] = row
+    # The relocated clusters hold no counted row: only the others are means again.
+    filled = counts > 0
+    new[filled] = centers[filled] + sums[filled] / counts[filled, None]
+    return new
 
 
 def fedkmeans_inertia(data, inbox, state, party, *, output):
@@ -767,6 +838,15 @@ class FederatedKMeans(
         times the mean per-feature variance of the pooled rows (from secure
         moments), as scikit-learn does; Lloyd also stops when no row changes
         cluster.
+    empty_clusters : {"far-rows", "farthest-row"}, default="far-rows"
+        Where an empty cluster goes (without DP). ``"far-rows"``: to the mean
+        of the far rows of the cluster with the largest inertia, through a
+        secure sum (no row leaves a client; the Notes). ``"farthest-row"``:
+        scikit-learn's rule, which moves it to the row farthest from its
+        center: every client sends its largest distances and the client of
+        the farthest row sends that row, so the result equals
+        :class:`~sklearn.cluster.KMeans`' from the same start. A deployed
+        node's default policy refuses to send the row (``refuse-raw-rows``).
     secure_aggregation : bool, default=True
         Add the clients' statistics by secure aggregation (the server learns
         only their totals). ``False`` sends every client's statistics to the
@@ -888,7 +968,10 @@ class FederatedKMeans(
     distance, which leave that cluster (one more secure sum, only in the
     iterations that have empty clusters; further empty clusters take the next
     clusters by inertia). In an iteration with sampled or dropped clients an
-    empty cluster keeps its center.
+    empty cluster keeps its center. This private rule can differ from
+    KMeans' (far rows on opposite sides average back to the donor's
+    center); ``empty_clusters="farthest-row"`` applies scikit-learn's rule
+    exactly, at the price of the farthest row leaving its client.
 
     **Dropouts.** A client that drops during a sum is left out of it; the
     iteration uses the others' rows. Strict convergence (no row changed
@@ -960,6 +1043,7 @@ class FederatedKMeans(
         "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "empty_clusters": [StrOptions({"far-rows", "farthest-row"})],
         "secure_aggregation": ["boolean"],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
@@ -978,6 +1062,7 @@ class FederatedKMeans(
         n_init=1,
         max_iter=300,
         tol=1e-4,
+        empty_clusters="far-rows",
         secure_aggregation=True,
         client_fraction=1.0,
         min_clients=None,
@@ -996,6 +1081,7 @@ class FederatedKMeans(
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.empty_clusters = empty_clusters
         self.secure_aggregation = secure_aggregation
         self.client_fraction = client_fraction
         self.min_clients = min_clients
@@ -1179,6 +1265,8 @@ class FederatedKMeans(
         return centers, n_iter
 
     def _relocate(self, runtime, adder, centers, new, sums, counts, inertia, clients, bounds):
+        if self.empty_clusters == "farthest-row":
+            return self._relocate_to_farthest_rows(runtime, centers, sums, counts, clients)
         donors = _donors(counts, inertia)
         if not donors:
             return new
@@ -1201,6 +1289,29 @@ class FederatedKMeans(
         if survivors != list(clients):
             return new
         return _relocate_empty(centers, new, sums, counts, inertia, (donors, far_sums, far_counts))
+
+    def _relocate_to_farthest_rows(self, runtime, centers, sums, counts, clients):
+        """scikit-learn's rule: each empty cluster takes the next farthest row of the pooled rows.
+
+        Two exchanges, only in iterations with empty clusters: every client
+        sends its ``n_empty`` largest squared distances to their centers; the
+        clients of the ``n_empty`` largest send those rows with their clusters.
+        """
+        empty = np.flatnonzero(counts == 0)
+        runtime.stage(f"server step: {len(empty)} empty cluster(s) take the farthest rows")
+        runtime.broadcast(
+            {"n_empty": len(empty), "centers": centers}, tag=TAG_FARTHEST, clients=clients
+        )
+        distances = runtime.run(
+            fedkmeans_largest_distances, tag="largest distances", clients=clients
+        )
+        picks = runtime.server(_farthest_picks, distances, n_empty=len(empty))
+        chosen = sorted(picks)
+        runtime.send({c: picks[c] for c in chosen}, tag=TAG_FARTHEST_PICK)
+        rows = runtime.run(fedkmeans_farthest_rows, tag="farthest rows", clients=chosen)
+        return runtime.server(
+            _move_to_farthest_rows, rows, centers=centers, sums=sums, counts=counts, empty=empty
+        )
 
     def _final_inertia(self, runtime, adder, centers, active, rough, spread, output):
         runtime.broadcast(centers, tag=TAG_CENTERS, clients=active)
