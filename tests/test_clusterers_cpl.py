@@ -27,6 +27,8 @@ ENGINES = ["numpy"] + (["numba"] if _cpl.numba is not None else [])
 @pytest.fixture(params=ENGINES)
 def engine(request, monkeypatch):
     monkeypatch.setattr(_cpl, "_ENGINE", request.param)
+    # The compiled pass on every size (small data would take the NumPy one).
+    monkeypatch.setattr(_cpl, "_COMPILED_MIN_ROWS", 0)
     return request.param
 
 
@@ -215,6 +217,7 @@ def test_engines_agree_and_runs_are_deterministic(monkeypatch):
     X, _ = make_blobs(300, n_features=5, centers=4, random_state=0)
     X = StandardScaler().fit_transform(X)
     runs = []
+    monkeypatch.setattr(_cpl, "_COMPILED_MIN_ROWS", 0)
     for name in ENGINES + ENGINES:
         monkeypatch.setattr(_cpl, "_ENGINE", name)
         runs.append(competitive_penalized_learning(X, 0.5, random_state=3))

@@ -135,9 +135,17 @@ def _pass_cases():
     yield X, np.repeat(X[:1], 3, axis=0), None
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def pass_engine(request, monkeypatch):
+    """Both passes: the compiled one (forced on small data) and NumPy's (small clients')."""
+    if request.param == "compiled":
+        monkeypatch.setattr(fedkmeans, "_COMPILED_MIN_ROWS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("known_range", [False, True], ids=["checked", "column range"])
 @pytest.mark.parametrize("case", range(7))
-def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range):
+def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range, pass_engine):
     X, centers, previous = list(_pass_cases())[case]
     # A client that knows its columns' range skips the per-value headroom
     # check only when the range shows every row within it.
@@ -162,7 +170,7 @@ def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range
     assert changed == (len(X) if previous is None else np.count_nonzero(previous != expected))
 
 
-def test_the_fused_pass_breaks_ties_towards_the_lowest_index():
+def test_the_fused_pass_breaks_ties_towards_the_lowest_index(pass_engine):
     centers = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [1.0, 5.0]]) + 1.7e9
     X = np.array([[1.0, 0.0], [1.0, -3.0], [0.0, 0.0], [2.0, 0.0]]) + 1.7e9
     labels = fedkmeans.lloyd_pass(X, centers)[0]

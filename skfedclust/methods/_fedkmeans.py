@@ -95,6 +95,10 @@ _BLOCK = 8 * _CHUNK
 #: than the centers before the compiled pass hands over to ``nearest_center``
 #: (which then scales by the rows); the same threshold as ``nearest_center``.
 _HEADROOM = 500
+#: Clients with fewer rows take the NumPy pass: one block's statistics are the
+#: same floats either way, and a small fit does not wait seconds for the
+#: compilation (the first fit of a fresh install otherwise spends them here).
+_COMPILED_MIN_ROWS = _BLOCK
 
 
 def _lloyd_pass_loops(
@@ -242,7 +246,7 @@ def lloyd_pass(data, centers, previous=None, n_threads=1, column_range=None):
     centers = np.array(centers, dtype=np.float64, order="C")
     n, d = data.shape
     k = centers.shape[0]
-    if _lloyd_pass_compiled is not None and n and k >= 2:
+    if _lloyd_pass_compiled is not None and n >= max(_COMPILED_MIN_ROWS, 1) and k >= 2:
         # The frame of nearest_center when the rows lie within the headroom.
         reference, _ = normalized_frame(centers)
         with np.errstate(over="ignore", invalid="ignore"):
