@@ -16,6 +16,11 @@ import numpy as np
 
 _jit = numba.njit(nogil=True, cache=True)
 
+#: Calls on fewer elements take the NumPy twin of a kernel (the same
+#: operations, so the same bits): a small fit does not wait for the
+#: compilation of the kernels (seconds on a fresh install).
+COMPILED_MIN_ELEMENTS = 1 << 16
+
 
 @_jit
 def _reduced(x, pf, pinv):
@@ -24,7 +29,7 @@ def _reduced(x, pf, pinv):
 
 
 @_jit
-def left_chunk(z, pf, factor, shift_factor, out, plain_col, shifted_col):
+def _left_chunk_compiled(z, pf, factor, shift_factor, out, plain_col, shifted_col):
     """Left operand columns from residues ``z`` (uint32 in ``[0, p)``), in one pass.
 
     ``out[:, plain_col + j] = factor * centred(z[:, j]) mod p`` and, when
@@ -46,7 +51,7 @@ def left_chunk(z, pf, factor, shift_factor, out, plain_col, shifted_col):
 
 
 @_jit
-def right_chunk(z, pf, shift, out, hi_col, lo_col):
+def _right_chunk_compiled(z, pf, shift, out, hi_col, lo_col):
     """Right operand columns from residues ``z``, in one pass.
 
     The centred residue, cut into the limbs of :meth:`._field.ModularProduct.right_operand`
@@ -69,7 +74,7 @@ def right_chunk(z, pf, shift, out, hi_col, lo_col):
 
 
 @_jit
-def tile_residues(x, pf, reduce, diagonal, out):
+def _tile_residues_compiled(x, pf, reduce, diagonal, out):
     """A party's tile as the int32 message: ``x`` reduced (if asked), packed.
 
     ``x`` holds the exact product (``|x| <= 2**53 - p``); the reduction is
@@ -110,7 +115,9 @@ def _canonical(v, p):
 
 
 @_jit
-def decode_tile(uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diagonal, mirror):
+def _decode_tile_compiled(
+    uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diagonal, mirror
+):
     """Decode one tile from every party's message and write it; whether any value wrapped.
 
     ``uploads`` holds the answering parties' messages for the tile (centred
@@ -164,7 +171,7 @@ def decode_tile(uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diag
 
 
 @_jit
-def encode_shares(residues, n_segments, noise, encoding, p, out):
+def _encode_shares_compiled(residues, n_segments, noise, encoding, p, out):
     """``out[j] = sum_o encoding[o, j] * s_o mod p``, canonical (uint32).
 
     The segments ``s_o`` are the ``n_segments`` column blocks of
@@ -194,7 +201,7 @@ def encode_shares(residues, n_segments, noise, encoding, p, out):
 
 
 @_jit
-def row_norms(z, p, out):
+def _row_norms_compiled(z, p, out):
     """Squared norms mod p of the rows of ``z`` (residues), centred to ``(-p/2, p/2]``.
 
     Each square is reduced (``< p``) before the row sum, which stays below
@@ -209,3 +216,118 @@ def row_norms(z, p, out):
             s += _canonical(v * v, p)
         r = _canonical(s, p)
         out[i] = np.float64(r - p if r > half else r)
+
+
+# --------------------------------------------------------------------------- #
+# NumPy twins (the same operations element by element) and the dispatch
+# --------------------------------------------------------------------------- #
+def _reduced_numpy(x, pf):
+    return x - pf * np.rint(x * (1.0 / pf))
+
+
+def _compiled(n_elements):
+    return n_elements >= COMPILED_MIN_ELEMENTS
+
+
+def left_chunk(z, pf, factor, shift_factor, out, plain_col, shifted_col):
+    """See :func:`_left_chunk_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(z.size):
+        return _left_chunk_compiled(z, pf, factor, shift_factor, out, plain_col, shifted_col)
+    w = z.shape[1]
+    c = _reduced_numpy(z.astype(np.float64), pf)
+    if factor != 1.0:
+        c = _reduced_numpy(c * factor, pf)
+    out[:, plain_col : plain_col + w] = c
+    if shift_factor != 0.0:
+        out[:, shifted_col : shifted_col + w] = _reduced_numpy(c * shift_factor, pf)
+    return None
+
+
+def right_chunk(z, pf, shift, out, hi_col, lo_col):
+    """See :func:`_right_chunk_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(z.size):
+        return _right_chunk_compiled(z, pf, shift, out, hi_col, lo_col)
+    w = z.shape[1]
+    c = _reduced_numpy(z.astype(np.float64), pf)
+    if shift > 0:
+        hi = np.rint(c * 2.0**-shift)
+        out[:, hi_col : hi_col + w] = hi
+        out[:, lo_col : lo_col + w] = c - hi * 2.0**shift
+    else:
+        out[:, hi_col : hi_col + w] = c
+    return None
+
+
+def _upper_values(x, diagonal):
+    """The tile's entries in message order: row by row, the strict upper triangle if diagonal."""
+    if not diagonal:
+        return x.ravel()
+    rows, cols = np.triu_indices(x.shape[0], 1, x.shape[1])
+    return x[rows, cols]
+
+
+def tile_residues(x, pf, reduce, diagonal, out):
+    """See :func:`_tile_residues_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(x.size):
+        return _tile_residues_compiled(x, pf, reduce, diagonal, out)
+    values = _upper_values(x, diagonal)
+    if reduce:
+        values = _reduced_numpy(values, pf)
+    out[: len(values)] = values.astype(np.int32)
+    return None
+
+
+def decode_tile(uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diagonal, mirror):
+    """See :func:`_decode_tile_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(n * m):
+        return _decode_tile_compiled(
+            uploads, weights, flush_every, p, scale, out, a0, b0, n, m, diagonal, mirror
+        )
+    acc = None
+    for k, (values, w) in enumerate(zip(uploads, weights)):
+        term = np.int64(w) * np.asarray(values, dtype=np.int64)
+        acc = term if acc is None else acc + term
+        if (k + 1) % flush_every == 0 and k + 1 < len(uploads):
+            acc = np.mod(acc, p)
+    residues = np.mod(acc, p)
+    wrapped = bool(np.any(residues >= (p - 1) // 2))
+    decoded = residues.astype(np.float64) * scale
+    if diagonal:
+        rows, cols = np.triu_indices(n, 1, m)
+        block = np.zeros((n, m))
+        block[rows, cols] = decoded
+        block[cols, rows] = decoded
+        out[a0 : a0 + n, b0 : b0 + m] = block
+    else:
+        block = decoded.reshape(n, m)
+        out[a0 : a0 + n, b0 : b0 + m] = block
+        if mirror:
+            out[b0 : b0 + m, a0 : a0 + n] = block.T
+    return wrapped
+
+
+def encode_shares(residues, n_segments, noise, encoding, p, out):
+    """See :func:`_encode_shares_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(out.size):
+        return _encode_shares_compiled(residues, n_segments, noise, encoding, p, out)
+    n_noise, n, w = noise.shape
+    per = max(1, (2**62 - p) // ((p - 1) * (p - 1)))
+    segments = [residues[:, o * w : (o + 1) * w] for o in range(n_segments)] + list(noise)
+    for j in range(encoding.shape[1]):
+        acc = np.zeros((n, w), dtype=np.int64)
+        for o, segment in enumerate(segments):
+            acc += segment.astype(np.int64) * np.int64(encoding[o, j])
+            if (o + 1) % per == 0 or o + 1 == len(segments):
+                acc = np.mod(acc, p)
+        out[j] = acc.astype(np.uint32)
+    return None
+
+
+def row_norms(z, p, out):
+    """See :func:`_row_norms_compiled`; NumPy below :data:`COMPILED_MIN_ELEMENTS`."""
+    if _compiled(z.size):
+        return _row_norms_compiled(z, p, out)
+    v = z.astype(np.int64)
+    r = np.mod(np.mod(v * v, p).sum(axis=1), p)
+    out[:] = np.where(r > p // 2, r - p, r).astype(np.float64)
+    return None
