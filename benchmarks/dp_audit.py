@@ -13,13 +13,13 @@ private.
 """
 
 import argparse
-import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import git_commit
 
 from skfedclust import FederatedKMeans, FedSpectralClustering
 from skfedclust.secure import audit_epsilon
@@ -89,12 +89,7 @@ def main():
     args = parser.parse_args()
     # Small private fits warn that a cluster drowned in the noise; the audit needs none of it.
     warnings.simplefilter("ignore")
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    commit = git_commit()
     lines = [
         f"# Empirical privacy audit (commit {commit})",
         "",

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import git_commit
+
 DEMO = [sys.executable, "-m", "skfedclust", "--dataset", "iris", "--partition", "noniid"]
 DEMO += ["--clients", "3"]
 
@@ -35,12 +37,7 @@ def main():
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    commit = git_commit()
     first, second = [], []
     for _ in range(args.pairs):
         with tempfile.TemporaryDirectory() as cache:
