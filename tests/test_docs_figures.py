@@ -44,3 +44,12 @@ def test_decision_pages_fedsc_rounds_are_the_codes():
     assert int(stated[1]) == est.n_rounds
     assert int(stated[2]) == comm["rounds"] == est.n_rounds + 9
     assert comm["setup_rounds"] == 1
+
+
+def test_citation_and_changelog_name_the_package_version():
+    import skfedclust
+
+    root = DOC.parents[1]
+    citation = (root / "CITATION.cff").read_text()
+    assert re.search(r'^version: "(.+)"$', citation, flags=re.M)[1] == skfedclust.__version__
+    assert f"## {skfedclust.__version__}" in (root / "CHANGELOG.md").read_text()
