@@ -23,7 +23,14 @@ from sklearn.utils import Bunch, check_array, check_consistent_length, check_ran
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .clusterers import nearest_center
-from .federation import InProcessRuntime, Reply, bound_only, build_federation, private_entropy
+from .federation import (
+    InProcessRuntime,
+    Reply,
+    bound_only,
+    build_federation,
+    private_entropy,
+    sum_only,
+)
 from .secure import SecureAggregator, agree_bound, agree_column_bounds
 
 __all__ = [
@@ -278,6 +285,37 @@ def simplified_silhouette_score(X, labels, centers):
     return float(_silhouette_values(X, labels, centers).mean())
 
 
+#: Where an index's steps keep the centers and the mean shifts they agreed to:
+#: one fixed place, whatever tags the coordinator names, so that a fit's index
+#: is computed for one set of centers and one set of means.
+_AGREED_CENTERS = "index: agreed centers"
+_AGREED_SHIFTS = "index: agreed mean shifts"
+
+
+def _agreed(state, key, value, what):
+    """``value`` if it is the first of the session or equal to it; else a refusal."""
+    value = np.asarray(value, dtype=np.float64)
+    earlier = state.get(key)
+    if earlier is not None and not (
+        earlier.shape == value.shape and np.array_equal(earlier, value)
+    ):
+        raise PermissionError(
+            f"this node already computed an index with other {what} in this fit: the same "
+            f"sums with other {what} would give away its rows"
+        )
+    return value
+
+
+def _check_cluster_count(data, n_clusters, party):
+    """Refuse per-cluster values of more clusters than the node's rows allow (its policy)."""
+    minimum = party.policy.min_rows_per_vector
+    if minimum is not None and n_clusters * minimum > max(len(data), 1):
+        raise PermissionError(
+            f"min-rows-per-vector: {n_clusters} per-cluster values of {len(data)} rows would "
+            f"summarise fewer than {minimum} rows each"
+        )
+
+
 def _centers_and_labels(data, inbox, state, centers_tag, labels_key):
     centers = inbox[centers_tag] if centers_tag in inbox else state[centers_tag]
     if labels_key is None:
@@ -301,8 +339,13 @@ def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels
     Keeps the centers and the labels for the steps that follow.
     """
     centers, labels = _centers_and_labels(data, inbox, state, centers_tag, labels_key)
+    centers = _agreed(state, _AGREED_CENTERS, centers, "centers")
+    _check_cluster_count(data, len(centers), party)
     sums, _ = _moments(data, centers, labels)
-    return Reply(send=sums.ravel(), keep={centers_tag: centers, "index labels": labels})
+    return Reply(
+        send=sums.ravel(),
+        keep={centers_tag: centers, _AGREED_CENTERS: centers, "index labels": labels},
+    )
 
 
 def cluster_moments_step(data, inbox, state, party, *, centers_tag):
@@ -333,6 +376,7 @@ def _residuals_around_means(data, centers, shifts, labels):
     return (rounded - shifts[labels]) + error
 
 
+@sum_only
 def squares_around_means_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     """Client step: per cluster, the sum of squared distances of its rows to the cluster mean.
 
@@ -341,16 +385,29 @@ def squares_around_means_step(data, inbox, state, party, *, centers_tag, shifts_
     are taken around the means themselves, not as ``sum ||x - c||^2 -
     ||S||^2 / n``, whose cancellation loses the digits of tight clusters.
     """
-    shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
-    centers, labels = state[centers_tag], state["index labels"]
+    centers, labels, shifts = _centers_labels_and_shifts(data, inbox, state, party, shifts_tag)
     diff = _residuals_around_means(data, centers, shifts, labels)
     squares = np.einsum("ij,ij->i", diff, diff)
     return Reply(
         send=np.bincount(labels, weights=squares, minlength=len(centers)),
-        keep={shifts_tag: shifts},
+        keep={shifts_tag: shifts, _AGREED_SHIFTS: shifts},
     )
 
 
+def _centers_labels_and_shifts(data, inbox, state, party, shifts_tag):
+    """The agreed centers, the rows' clusters and the mean shifts, agreed once per fit."""
+    shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
+    shifts = _agreed(state, _AGREED_SHIFTS, shifts, "cluster means")
+    centers, labels = state[_AGREED_CENTERS], state["index labels"]
+    if shifts.shape != centers.shape:
+        raise PermissionError(
+            f"the mean shifts have shape {shifts.shape}; the agreed centers {centers.shape}"
+        )
+    _check_cluster_count(data, len(centers), party)
+    return centers, labels, shifts
+
+
+@sum_only
 def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     """Client step: per cluster, the sum of the distances of its rows to the cluster mean.
 
@@ -360,12 +417,12 @@ def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     ``m_j`` itself would be rounded. The shifts are kept for the sum that
     follows the bound.
     """
-    shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
-    centers, labels = state[centers_tag], state["index labels"]
+    centers, labels, shifts = _centers_labels_and_shifts(data, inbox, state, party, shifts_tag)
     diff = _residuals_around_means(data, centers, shifts, labels)
     dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     return Reply(
-        send=np.bincount(labels, weights=dist, minlength=len(centers)), keep={shifts_tag: shifts}
+        send=np.bincount(labels, weights=dist, minlength=len(centers)),
+        keep={shifts_tag: shifts, _AGREED_SHIFTS: shifts},
     )
 
 

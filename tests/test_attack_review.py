@@ -92,3 +92,144 @@ def test_a_node_agreed_to_another_method_refuses_federated_kmeans_row_level_step
     # empty-cluster steps (which send per-row distances and far-row sums).
     with pytest.raises(PermissionError, match=f"this node agreed to a fit of {method}"):
         NodePolicy().check_step(client_step_name(step), method=method)
+
+
+# --------------------------------------------------------------------------- #
+# Attacks an independent review found successful, now refused by default nodes
+# --------------------------------------------------------------------------- #
+def _deployed_nodes(n_clients=4, n_per=20, d=3, seed=0):
+    from skfedclust.federation import Federation, InProcessRuntime
+    from skfedclust.federation._policy import NodePolicy
+
+    X = np.random.default_rng(seed).uniform(-1, 1, size=(n_per * n_clients, d))
+    rows = [np.arange(n_per * c, n_per * (c + 1)) for c in range(n_clients)]
+    federation = Federation(X, rows)
+    federation.spawn_seeds(np.random.RandomState(0))
+    return X, InProcessRuntime(federation, policy=NodePolicy())
+
+
+def test_largest_distances_and_farthest_rows_are_refused_where_rows_stay_in():
+    # The coordinator asks every distance of every row, from chosen centers:
+    # d + 1 queries give every row (the review recovered 80 of 80).
+    from skfedclust.methods._fedkmeans import (
+        TAG_CENTERS,
+        TAG_FARTHEST,
+        fedkmeans_largest_distances,
+        fedkmeans_lloyd_statistics,
+    )
+
+    _, runtime = _deployed_nodes()
+    runtime.broadcast(np.zeros((1, 3)), tag=TAG_CENTERS)
+    runtime.run(fedkmeans_lloyd_statistics, tag="lloyd")
+    runtime.broadcast({"n_empty": 20, "centers": np.full((1, 3), 37.0)}, tag=TAG_FARTHEST)
+    with pytest.raises(PermissionError, match="refuse-raw-rows"):
+        runtime.run(fedkmeans_largest_distances, tag="far")
+
+
+def test_index_distance_steps_run_only_in_a_secure_sum_for_one_set_of_means():
+    # The review ran distance_sums_step in the clear with 4,000 centers and
+    # fresh mean shifts per query, and trilaterated 78 of 80 rows.
+    from skfedclust.metrics import (
+        cluster_moments_bound_step,
+        distance_sums_step,
+        squares_around_means_step,
+    )
+    from skfedclust.secure import SecureAggregator, agree_bound
+
+    _, runtime = _deployed_nodes()
+    aggregator = SecureAggregator(runtime, seed=3)
+    aggregator.setup()
+    centers = np.random.default_rng(1).uniform(-1.2, 1.2, size=(4000, 3))
+    runtime.broadcast(centers, tag="index centers")
+    # Per-cluster values of 4,000 clusters from 20 rows: the node's count rule.
+    with pytest.raises(PermissionError, match="min-rows-per-vector"):
+        agree_bound(
+            aggregator,
+            cluster_moments_bound_step,
+            tag="bound",
+            centers_tag="index centers",
+            labels_key=None,
+        )
+    for step in (distance_sums_step, squares_around_means_step):
+        with pytest.raises(PermissionError, match="only inside a secure sum"):
+            runtime.run(step, tag="d", centers_tag="index centers", shifts_tag="index mean shifts")
+
+
+def test_index_means_are_agreed_once_per_fit():
+    from skfedclust.metrics import cluster_moments_bound_step, distance_sums_step
+    from skfedclust.secure import SecureAggregator, agree_bound
+
+    X, runtime = _deployed_nodes()
+    aggregator = SecureAggregator(runtime, seed=3)
+    aggregator.setup()
+    centers = X[:3].copy()
+    runtime.broadcast(centers, tag="index centers")
+    agree_bound(
+        aggregator,
+        cluster_moments_bound_step,
+        tag="b",
+        centers_tag="index centers",
+        labels_key=None,
+    )
+    public = dict(centers_tag="index centers", shifts_tag="index mean shifts")
+    runtime.broadcast(np.zeros((3, 3)), tag="index mean shifts")
+    aggregator.sum(distance_sums_step, tag="first", bounds=[64.0], **public)
+    # Other means under another tag: refused (the means of a fit's index are agreed once).
+    runtime.broadcast(np.ones((3, 3)), tag="other shifts")
+    with pytest.raises(PermissionError, match="other cluster means"):
+        aggregator.sum(
+            distance_sums_step,
+            tag="second",
+            bounds=[64.0],
+            centers_tag="index centers",
+            shifts_tag="other shifts",
+        )
+
+
+def test_histogram_wrappers_are_refused_on_their_own_and_means_are_one_row():
+    # The review shifted one row per query with a per-row "mean" and read its
+    # bits off a single client's histogram, in the clear.
+    from skfedclust.federation._runtime import client_step_name
+    from skfedclust.secure._moments import moments_deviations
+    from skfedclust.secure._secure_sum import (
+        column_exponent_histogram_step,
+        exponent_histogram_step,
+    )
+
+    _, runtime = _deployed_nodes()
+    inner = client_step_name(moments_deviations)
+    for step, extra in (
+        (exponent_histogram_step, {}),
+        (column_exponent_histogram_step, dict(top=16, window=64, coarseness=1)),
+    ):
+        with pytest.raises(PermissionError, match="only inside a secure sum"):
+            runtime.run(
+                step, tag="h", clients=[0], inner=inner, inner_public={"mean": np.zeros(3)}, **extra
+            )
+    from skfedclust.secure import SecureAggregator, agree_bound
+
+    aggregator = SecureAggregator(runtime, seed=3)
+    aggregator.setup()
+    with pytest.raises(PermissionError, match=r"one mean of its 3 features"):
+        agree_bound(aggregator, moments_deviations, tag="b", mean=np.zeros((20, 3)))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(bounds=[128.0, None]),  # other fixed-point bounds, the same values
+    ],
+    ids=["other bounds"],
+)
+def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change):
+    # The review differenced two sums of moments_raw over 6 and 5 clients,
+    # told apart only by their bounds, and got the sixth client's column sums.
+    from skfedclust.secure import SecureAggregator
+    from skfedclust.secure._moments import moments_raw
+
+    _, runtime = _deployed_nodes(n_clients=6)
+    aggregator = SecureAggregator(runtime, seed=3)
+    aggregator.setup()
+    aggregator.sum(moments_raw, tag="all", bounds=[64.0, None])
+    with pytest.raises(PermissionError, match="one-sum-per-input"):
+        aggregator.sum(moments_raw, tag="all but one", clients=[0, 1, 2, 3, 4], **change)

@@ -34,6 +34,7 @@ from ._runtime import (
     private_entropy,
     progress,
     releases_rows,
+    sum_only,
     use_runtime,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "Runtime",
     "Session",
     "bound_only",
+    "sum_only",
     "build_federation",
     "current_runtime_factory",
     "input_form",

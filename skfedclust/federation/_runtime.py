@@ -354,6 +354,17 @@ def bound_only(step):
     return step
 
 
+def sum_only(step):
+    """Mark a client step that may run only inside a secure sum (as its vector or its bound).
+
+    Such a step sends per-client values that only their total may reveal (a
+    histogram of binary orders, per-cluster sums of distances): a node refuses
+    to run it on its own, whatever the coordinator asks.
+    """
+    step.__skfedclust_sum_only__ = True
+    return step
+
+
 def per_client_inputs(*tags):
     """Declare the server messages a client step reads that differ from client to client.
 
@@ -435,6 +446,11 @@ def resolve_client_step(name, allowed_modules=None, role="top"):
         )
     if role not in _ROLES:
         raise ValueError(f"role must be one of {_ROLES}, got {role!r}")
+    if getattr(obj, "__skfedclust_sum_only__", False) and role == "top":
+        raise PermissionError(
+            f"client step {name!r} sends values only their sum over the clients may reveal; "
+            "refused as a step of its own (it runs only inside a secure sum)"
+        )
     if getattr(obj, "__skfedclust_bound_only__", False) and role != "bound":
         raise PermissionError(
             f"client step {name!r} sends row-level values and runs only inside a bound "
@@ -849,6 +865,12 @@ class InProcessRuntime(Runtime):
             raise PermissionError(
                 f"client step {step.__qualname__} runs only inside a bound agreement; a node "
                 "refuses it as a step of its own"
+            )
+        if getattr(step, "__skfedclust_sum_only__", False):
+            raise PermissionError(
+                f"client step {step.__qualname__} sends values only their sum over the clients "
+                "may reveal; a node refuses it as a step of its own (it runs only inside a "
+                "secure sum)"
             )
         targets = self._targets(clients)
         self._exchange += 1

@@ -352,12 +352,27 @@ def _own_farthest(data, centers, labels, n):
     return order, squared[order]
 
 
+def _check_rows_may_leave(party):
+    """scikit-learn's relocation sends rows and row-level distances: only where rows may leave.
+
+    The coordinator chooses how many distances and rows it asks for (any of
+    the node's), so a node whose policy refuses raw rows refuses both steps,
+    whatever their arguments.
+    """
+    if party.policy.refuse_raw_rows:
+        raise PermissionError(
+            "refuse-raw-rows: empty_clusters='farthest-row' sends this node's largest "
+            "distances and farthest rows; its policy keeps rows in"
+        )
+
+
 def fedkmeans_largest_distances(data, inbox, state, party):
     """Client step of scikit-learn's empty-cluster rule: the client's largest squared distances.
 
     Sends the ``n_empty`` largest squared distances of its rows to their
     centers (of this iteration, sent with the request), largest first.
     """
+    _check_rows_may_leave(party)
     request = inbox[TAG_FARTHEST]
     centers = np.asarray(request["centers"], dtype=np.float64)
     order, squared = _own_farthest(data, centers, state[_LABELS], int(request["n_empty"]))
@@ -370,6 +385,7 @@ def fedkmeans_farthest_rows(data, inbox, state, party):
     The rows themselves leave the client (scikit-learn's rule moves an
     empty cluster onto a row); a deployed node's default policy refuses.
     """
+    _check_rows_may_leave(party)
     m = int(inbox[TAG_FARTHEST_PICK])
     order = state[_FARTHEST][:m]
     return Reply(send=(data[order], state[_LABELS][order].astype(np.int64)))

@@ -36,8 +36,22 @@ def moments_rows(data, inbox, state, party):
 
 @bound_only
 def moments_deviations(data, inbox, state, party, *, mean):
-    """Client step for bound agreement: the rows' deviations from the public ``mean``."""
-    return Reply(send=data - np.asarray(mean))
+    """Client step for bound agreement: the rows' deviations from the public ``mean``.
+
+    ``mean`` is one row of the node's width: a mean per row would let the
+    coordinator shift each row apart and read it off the bound.
+    """
+    return Reply(send=data - _one_mean(mean, data.shape[1]))
+
+
+def _one_mean(mean, width):
+    mean = np.asarray(mean, dtype=np.float64)
+    if mean.shape != (width,):
+        raise PermissionError(
+            f"the public mean has shape {mean.shape}; this node takes one mean of its "
+            f"{width} features, shape ({width},)"
+        )
+    return mean
 
 
 def moments_raw(data, inbox, state, party):
@@ -47,7 +61,7 @@ def moments_raw(data, inbox, state, party):
 
 def moments_centered(data, inbox, state, party, *, mean):
     """Client step: per feature, the sums of the deviations from ``mean`` and of their squares."""
-    deviations = data - np.asarray(mean)
+    deviations = data - _one_mean(mean, data.shape[1])
     return Reply(send=(deviations.sum(axis=0), np.einsum("ij,ij->j", deviations, deviations)))
 
 

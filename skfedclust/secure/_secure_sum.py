@@ -62,6 +62,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ..federation._runtime import sum_only
 from ._node_dp import MIN_SURVIVORS
 from ._sum_guard import (
     RECORD,
@@ -384,9 +385,14 @@ def secure_sum_upload_step(
     # messages now in its inbox, else those of the node's previous sum (a
     # second sum over what an earlier one kept, such as the centers).
     inputs = public_digest(messages) if messages else record.inputs
-    statistic = public_digest(inner, inner_public, shifts, inputs)
+    # The statistic is what the step computes: its name, constants and inputs,
+    # not the fixed-point bounds (other bounds encode the same values, and a
+    # second sum over other clients under other bounds would give away the
+    # difference). The masks' keys bind the bounds too: clients told other
+    # bounds than the rest cannot be read apart in the sum's bits.
+    statistic = public_digest(inner, inner_public, inputs)
     check_statistic(record, statistic, participants)
-    key_digest = public_digest(statistic, participants, graph, int(threshold), int(sum_id))
+    key_digest = public_digest(statistic, shifts, participants, graph, int(threshold), int(sum_id))
     seeds = _pairwise_seeds(inbox, state, graph["seed"])
     missing = [j for j in mine if j not in seeds]
     if missing:
@@ -903,6 +909,7 @@ class SecureAggregator:
 _MIN_EXPONENT, _MAX_EXPONENT = -1075, 1025
 
 
+@sum_only
 def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, coarseness=1):
     """Client step: one-hot of the binary exponent of the largest ``|x|`` ``inner`` sends.
 
@@ -986,6 +993,7 @@ def agree_bound(aggregator, step, *, tag, clients=None, coarseness=1, **public):
     return math.ldexp(1.0, min(top, 1024 - 1)) * (2.0 if top >= 1024 else 1.0)
 
 
+@sum_only
 def column_exponent_histogram_step(
     data, inbox, state, party, *, inner, inner_public, top, window, coarseness
 ):

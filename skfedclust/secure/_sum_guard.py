@@ -112,6 +112,8 @@ def record_of(state):
 def _feed(h, obj):
     if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
         array = np.ascontiguousarray(obj)
+        if array.dtype.kind in "fc":
+            array = array + 0.0  # -0.0 and 0.0 are one value: one digest
         h.update(b"a" + array.dtype.str.encode() + repr(array.shape).encode())
         h.update(array.tobytes())
     elif isinstance(obj, dict):
@@ -123,6 +125,8 @@ def _feed(h, obj):
         h.update(b"l%d" % len(obj))
         for item in obj:
             _feed(h, item)
+    elif isinstance(obj, float):
+        h.update(b"s" + repr(obj + 0.0).encode())
     elif obj is None or isinstance(obj, (bool, numbers.Number, str, bytes)):
         h.update(b"s" + repr(obj).encode())
     else:
