@@ -233,3 +233,21 @@ def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change):
     aggregator.sum(moments_raw, tag="all", bounds=[64.0, None])
     with pytest.raises(PermissionError, match="one-sum-per-input"):
         aggregator.sum(moments_raw, tag="all but one", clients=[0, 1, 2, 3, 4], **change)
+
+
+def test_a_one_feature_node_refuses_to_send_its_farthest_values():
+    # The review read every value of a one-feature node through the
+    # farthest-row steps (the raw-row rule skips width one).
+    from skfedclust.methods._fedkmeans import (
+        TAG_CENTERS,
+        TAG_FARTHEST,
+        fedkmeans_largest_distances,
+        fedkmeans_lloyd_statistics,
+    )
+
+    _, runtime = _deployed_nodes(d=1)
+    runtime.broadcast(np.zeros((1, 1)), tag=TAG_CENTERS)
+    runtime.run(fedkmeans_lloyd_statistics, tag="lloyd")
+    runtime.broadcast({"n_empty": 10, "centers": np.full((1, 1), -100.0)}, tag=TAG_FARTHEST)
+    with pytest.raises(PermissionError, match="refuse-raw-rows"):
+        runtime.run(fedkmeans_largest_distances, tag="far")
