@@ -215,13 +215,14 @@ def test_histogram_wrappers_are_refused_on_their_own_and_means_are_one_row():
 
 
 @pytest.mark.parametrize(
-    "change",
+    "change, junk",
     [
-        dict(bounds=[128.0, None]),  # other fixed-point bounds, the same values
+        (dict(bounds=[128.0, None]), False),  # other fixed-point bounds, the same values
+        (dict(bounds=[64.0, None]), True),  # a server message the step never reads
     ],
-    ids=["other bounds"],
+    ids=["other bounds", "unread message"],
 )
-def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change):
+def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change, junk):
     # The review differenced two sums of moments_raw over 6 and 5 clients,
     # told apart only by their bounds, and got the sixth client's column sums.
     from skfedclust.secure import SecureAggregator
@@ -231,6 +232,8 @@ def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change):
     aggregator = SecureAggregator(runtime, seed=3)
     aggregator.setup()
     aggregator.sum(moments_raw, tag="all", bounds=[64.0, None])
+    if junk:
+        runtime.broadcast(np.arange(3.0), tag="junk", clients=[0, 1, 2, 3, 4])
     with pytest.raises(PermissionError, match="one-sum-per-input"):
         aggregator.sum(moments_raw, tag="all but one", clients=[0, 1, 2, 3, 4], **change)
 

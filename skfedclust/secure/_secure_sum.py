@@ -62,7 +62,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
-from ..federation._runtime import sum_only
+from ..federation._runtime import Inbox, sum_only
 from ._node_dp import MIN_SURVIVORS
 from ._sum_guard import (
     RECORD,
@@ -299,6 +299,44 @@ def _encode(arrays, spec, shifts, n_clients, who):
     return flat.view(np.uint64)
 
 
+class _ReadingInbox(Inbox):
+    """An inbox that notes the tags a step reads (iterating over it reads them all)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, inbox):
+        super().__init__(inbox, getattr(inbox, "server_tags", ()))
+        self.read = set()
+
+    def __getitem__(self, tag):
+        self.read.add(tag)
+        return super().__getitem__(tag)
+
+    def get(self, tag, default=None):
+        self.read.add(tag)
+        return super().get(tag, default)
+
+    def __contains__(self, tag):
+        self.read.add(tag)
+        return super().__contains__(tag)
+
+    def __iter__(self):
+        self.read.update(super().keys())
+        return super().__iter__()
+
+    def keys(self):
+        self.read.update(super().keys())
+        return super().keys()
+
+    def items(self):
+        self.read.update(super().keys())
+        return super().items()
+
+    def values(self):
+        self.read.update(super().keys())
+        return super().values()
+
+
 def _pair_key(seed, sum_id, key_digest=b""):
     # The sum's public inputs are part of the key: two neighbours told
     # different inputs (different centers, participants or graph) mask with
@@ -381,9 +419,16 @@ def secure_sum_upload_step(
     )
     summand = resolve_client_step(inner, role="summand")
     messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
+    # The step runs first (nothing leaves the node before the checks below), on
+    # an inbox that notes what it reads: the statistic is keyed on the
+    # messages the step reads, so an extra message it never reads cannot make
+    # a second sum of the same statistic over fewer clients look new.
+    reading = _ReadingInbox(inbox)
+    reply = summand(data, reading, state, party, **inner_public)
+    messages = {tag: payload for tag, payload in messages.items() if tag in reading.read}
     # The inputs the step reads: its public constants and the server's
-    # messages now in its inbox, else those of the node's previous sum (a
-    # second sum over what an earlier one kept, such as the centers).
+    # messages it read, else those of the node's previous sum (a second sum
+    # over what an earlier one kept, such as the centers).
     inputs = public_digest(messages) if messages else record.inputs
     # The statistic is what the step computes: its name, constants and inputs,
     # not the fixed-point bounds (other bounds encode the same values, and a
@@ -397,7 +442,6 @@ def secure_sum_upload_step(
     missing = [j for j in mine if j not in seeds]
     if missing:
         raise SecureSumError(f"client {me} holds no pairwise seed with its neighbours {missing}")
-    reply = summand(data, inbox, state, party, **inner_public)
     keep = {**reply.keep, _seeds_key(graph["seed"]): seeds}
     if reply.send is None:
         return Reply(keep=keep, output=reply.output)
