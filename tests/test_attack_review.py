@@ -10,6 +10,7 @@ import pytest
 from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.federation._policy import NodePolicy
 from skfedclust.federation._runtime import client_step_name, resolve_client_step
+from skfedclust.methods._centroid_steps import lloyd_deviations
 from skfedclust.methods._fedkmeans import (
     TAG_CENTERS,
     TAG_RELOCATE,
@@ -40,6 +41,7 @@ def _no_message(runtime, tag):
         (cluster_moments_bound_step, {"centers_tag": "c", "labels_key": None}),
         (fedkmeans_nearest_distances, {"centers": np.zeros((1, 3))}),
         (fedsc_rows, {}),
+        (lloyd_deviations, {"centers_tag": "c"}),
     ],
 )
 def test_every_bound_only_step_is_refused_on_its_own_and_as_a_summand(step, public):
@@ -83,6 +85,57 @@ def test_far_rows_of_a_donor_centred_at_the_origin_beyond_a_one_row_threshold_ar
     with pytest.raises(PermissionError, match="refuse-raw-rows"):
         runtime.run(fedkmeans_far_rows, tag="harvest", clients=[0])
     assert _no_message(runtime, "harvest")
+
+
+def _one_row_trap(rows):
+    """Two centers: the rows' mean, and a point beyond the row farthest from it."""
+    mean = rows.mean(axis=0)
+    far = int(np.argmax(((rows - mean) ** 2).sum(axis=1)))
+    trap = rows[far] + 0.25 * (rows[far] - mean)
+    return np.vstack([mean, trap]), far
+
+
+def test_a_center_placed_beyond_one_row_does_not_get_that_row_back_in_the_clear():
+    # With sums in the clear, a center set just beyond a node's outermost row
+    # makes a cluster of that row alone: the sum of its deviation plus the
+    # public center is the row, though the deviation itself is no row.
+    X, rows, runtime = _deployed()
+    centers, far = _one_row_trap(X[rows[0]])
+    labels = np.argmin(((X[rows[0]][:, None] - centers[None]) ** 2).sum(axis=2), axis=1)
+    assert np.flatnonzero(labels == 1).tolist() == [far]  # the trap holds one row
+    runtime.broadcast(centers, tag=TAG_CENTERS, clients=[0])
+    with pytest.raises(PermissionError, match="refuse-raw-rows"):
+        runtime.run(fedkmeans_lloyd_statistics, tag="harvest", clients=[0])
+    assert _no_message(runtime, "harvest")
+
+
+def test_far_rows_of_a_donor_centred_anywhere_beyond_a_one_row_threshold_are_refused():
+    # The relocation attack above with the donor's center away from the origin:
+    # the far row's deviation is no row, its deviation plus the center is.
+    X, rows, runtime = _deployed()
+    center = np.full((1, 3), 5.0)
+    runtime.broadcast(center, tag=TAG_CENTERS)
+    runtime.run(fedkmeans_lloyd_statistics, tag="lloyd")
+    squared = ((X[rows[0]] - center) ** 2).sum(axis=1)
+    request = {
+        "donors": np.array([0]),
+        "centers": center,
+        "thresholds": np.array([np.sort(squared)[-2]]),
+    }
+    runtime.send({0: request}, tag=TAG_RELOCATE)
+    with pytest.raises(PermissionError, match="refuse-raw-rows"):
+        runtime.run(fedkmeans_far_rows, tag="harvest", clients=[0])
+    assert _no_message(runtime, "harvest")
+
+
+def test_cluster_means_of_many_rows_are_sent():
+    # The means are searched for rows, not refused as such: the mean of a
+    # node's rows is a summary the policy lets through.
+    X, rows, runtime = _deployed()
+    centers = np.vstack([X[rows[0]].mean(axis=0), X[rows[0]].mean(axis=0) + 100.0])
+    runtime.broadcast(centers, tag=TAG_CENTERS)
+    sent = runtime.run(fedkmeans_lloyd_statistics, tag="lloyd")
+    assert len(sent) == 4
 
 
 @pytest.mark.parametrize("method", ["KFed", "MAvg", "FeCA", "KumarFederatedKMeans"])

@@ -18,8 +18,10 @@ node therefore checks each request against its own policy before it answers:
 ``refuse-raw-rows``
     ``true`` (the default): the node refuses to send any message containing a
     vector within ``raw-row-tolerance`` (``1e-4`` of each feature's spread on
-    the node) of one of its own rows, to the server or to another party;
-    ``strict`` also in the steps whose method releases rows by design
+    the node) of one of its own rows, to the server or to another party, or
+    sums in the clear from which the server computes such a row (a reply's
+    ``reveals``: a cluster's mean from its sum of deviations from a public
+    center); ``strict`` also in the steps whose method releases rows by design
     (:func:`~skfedclust.federation.releases_rows`, listed on the Security
     page); ``false`` turns the check off.
 ``dc-full-rank-maps``
@@ -296,13 +298,17 @@ class NodePolicy:
             f"step {step_name} belongs to none of them"
         )
 
-    def check_outgoing(self, data, to_server, to_peers, step):
+    def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None):
         """Refuse to send what a step sends if it breaks the policy.
 
         The vector count applies to what goes to the server (summaries such as
         centroids, per-cluster sums) and to the plaintext of a secure sum;
         secret shares to other parties are not summaries. Rows (within the
-        raw-row tolerance) are refused on both. A step declared with
+        raw-row tolerance) are refused on both, and among the vectors the
+        server computes from what it receives (``reveals``: a cluster's mean
+        from its sum of deviations from a center the server chose, so that a
+        center placed to catch one row does not get that row back in the
+        clear). A step declared with
         :func:`~skfedclust.federation.releases_rows` (its method releases
         row-level values by design, as the Security page lists) is exempt from
         both rules unless the policy is strict.
@@ -315,6 +321,9 @@ class NodePolicy:
             What the step sends (arrays, tuples, dicts of them).
         step : callable or str
             The step, or its ``module:function`` name.
+        reveals : object, default=None
+            Vectors the server derives from ``to_server`` (searched for rows,
+            not counted: they are not sent).
         """
         if data is None or data.ndim != 2 or data.shape[0] == 0:
             return
@@ -322,7 +331,7 @@ class NodePolicy:
         if declared is not None and not self.strict_rows:
             return
         n_rows, width = data.shape
-        for payload, counted in ((to_server, True), (to_peers, False)):
+        for payload, counted in ((to_server, True), (to_peers, False), (reveals, False)):
             for array in _arrays(payload):
                 # Floats only: the node's rows are float64; integer arrays are counts,
                 # histograms, masked sums and shares.

@@ -249,15 +249,24 @@ class Reply:
         under ``"labels"``, one per row it holds). Never sent: in a simulation
         the user plays every party and gets them through
         :meth:`Runtime.hand_back`; a deployed node writes its own.
+    reveals : object, default=None
+        Vectors the server computes from ``send`` with what it already holds,
+        never sent themselves: the mean of a cluster, from the sum of its
+        rows' deviations from a center the server chose and their count. The
+        node's policy searches them for its rows as if they were sent
+        (:meth:`NodePolicy.check_outgoing
+        <skfedclust.federation._policy.NodePolicy.check_outgoing>`), when
+        ``send`` goes to the server in the clear.
     """
 
-    __slots__ = ("send", "keep", "to_peers", "output")
+    __slots__ = ("send", "keep", "to_peers", "output", "reveals")
 
-    def __init__(self, send=None, *, keep=None, to_peers=None, output=None):
+    def __init__(self, send=None, *, keep=None, to_peers=None, output=None, reveals=None):
         self.send = send
         self.keep = dict(keep) if keep else {}
         self.to_peers = dict(to_peers) if to_peers else {}
         self.output = dict(output) if output else {}
+        self.reveals = reveals
 
 
 class Inbox(dict):
@@ -909,7 +918,9 @@ class InProcessRuntime(Runtime):
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)
             # What leaves a party passes its policy first, as on a Flower node.
-            self.policy.check_outgoing(self._data(c), reply.send, reply.to_peers, step)
+            self.policy.check_outgoing(
+                self._data(c), reply.send, reply.to_peers, step, reveals=reply.reveals
+            )
             if may_drop and self._lost(tag, c):
                 continue
             self._states[c].update(reply.keep)

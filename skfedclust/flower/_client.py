@@ -677,7 +677,9 @@ class _Service:
         with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):
             reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
-        policy.check_outgoing(data, reply.send, reply.to_peers, control["step"])
+        policy.check_outgoing(
+            data, reply.send, reply.to_peers, control["step"], reveals=reply.reveals
+        )
         state.update(reply.keep)
         _save_state(context, session, state)
         if reply.output:

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from ..clusterers import nearest_center
-from ..federation import Reply
+from ..federation import Reply, bound_only
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
@@ -112,6 +112,20 @@ def label_and_inertia(data, inbox, state, party, *, centers_tag="final centers")
     )
 
 
+def cluster_means(origins, sums, counts):
+    """The means the server computes from per-cluster sums of deviations and counts.
+
+    ``origins`` are the points the deviations were taken from (the centers
+    the server sent, or one of them for every cluster): a cluster of one row
+    gives that row back. A client step returns them as its reply's
+    ``reveals``, so that the node's policy searches them for its rows.
+    """
+    filled = np.asarray(counts) > 0
+    origins = np.broadcast_to(np.asarray(origins, dtype=np.float64), np.shape(sums))
+    return origins[filled] + np.asarray(sums)[filled] / np.asarray(counts)[filled, None]
+
+
+@bound_only
 def lloyd_deviations(data, inbox, state, party, *, centers_tag="global centers"):
     """Client step for a bound: the rows' deviations from the first center; keep the centers."""
     centers = np.asarray(inbox[centers_tag])
@@ -125,7 +139,7 @@ def lloyd_kept_statistics(data, inbox, state, party):
     sums = np.zeros_like(centers)
     np.add.at(sums, labels, data - centers[0])
     counts = np.bincount(labels, minlength=len(centers))
-    return Reply(send=(sums, counts))
+    return Reply(send=(sums, counts), reveals=cluster_means(centers[0], sums, counts))
 
 
 def secure_lloyd_step(runtime, random_state, centers, *, centers_tag="global centers"):

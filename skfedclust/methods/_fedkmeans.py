@@ -31,6 +31,7 @@ from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ..secure._node_dp import charge_node, private_normal
 from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._centroid_steps import cluster_means
 from ._kfed import kfed_local_centers, kfed_server_step
 
 try:  # the fused Lloyd pass runs compiled, without the GIL
@@ -317,6 +318,9 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     return Reply(
         send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
         keep={_LABELS: labels, _COLUMN_RANGE: column_range},
+        # In the clear, a center the server placed to catch one row gives it
+        # that row back: the node's policy searches the means for its rows.
+        reveals=cluster_means(inbox[TAG_CENTERS], sums, counts),
     )
 
 
@@ -341,7 +345,7 @@ def fedkmeans_far_rows(data, inbox, state, party):
         far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
         sums[i] = deviations[far].sum(axis=0)
         counts[i] = np.count_nonzero(far)
-    return Reply(send=(sums, counts))
+    return Reply(send=(sums, counts), reveals=cluster_means(centers, sums, counts))
 
 
 def _own_farthest(data, centers, labels, n):
