@@ -353,6 +353,26 @@ def test_flower_fit_is_the_in_process_fit(name):
     assert estimator.transport_["bytes_total"] > estimator.communication_["bytes_total"]
 
 
+def test_a_sampled_fit_on_flower_draws_its_samples_from_the_nodes_nonces():
+    # The samples come from nonces the nodes draw from their own generators: a
+    # node's private seed fixes them (as it fixes masks and noise), the server's
+    # random_state does not.
+    from sklearn.metrics import adjusted_rand_score
+
+    clients = _clients()
+
+    def sampled():
+        return FederatedKMeans(n_clusters=4, client_fraction=0.75, random_state=8)
+
+    seeds = [2000 + i for i in range(4)]
+    a, b = (_local_fit(sampled(), clients, private_seeds=seeds)[0] for _ in range(2))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.communication_["rounds"] == b.communication_["rounds"]
+    X = np.vstack(clients)
+    reference = sampled().fit(clients)
+    assert adjusted_rand_score(reference.predict(X), a.predict(X)) > 0.9
+
+
 def test_ledger_counts_payload_bytes_and_transport_the_records():
     clients = _clients()
     estimator, _, grid = _local_fit(

@@ -30,6 +30,16 @@ from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian
 from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ..secure._node_dp import charge_node, private_normal
+from ..secure._sampling import (
+    TAG_COMMITS,
+    TAG_REVEALS,
+    TAG_SAMPLE,
+    check_sampled,
+    public_sample,
+    sampling_commit_step,
+    sampling_reveal_step,
+    sampling_seed,
+)
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import cluster_means
 from ._kfed import kfed_local_centers, kfed_server_step
@@ -305,6 +315,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     squared distances, and how many of the client's rows changed cluster
     since its last iteration (all of them the first time).
     """
+    sampled = check_sampled(inbox, state, party)
     column_range = state.get(_COLUMN_RANGE)
     if column_range is None and data.shape[0]:
         column_range = (data.min(axis=0), data.max(axis=0))
@@ -317,7 +328,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     )
     return Reply(
         send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
-        keep={_LABELS: labels, _COLUMN_RANGE: column_range},
+        keep={_LABELS: labels, _COLUMN_RANGE: column_range, **sampled},
         # In the clear, a center the server placed to catch one row gives it
         # that row back: the node's policy searches the means for its rows.
         reveals=cluster_means(inbox[TAG_CENTERS], sums, counts),
@@ -543,8 +554,10 @@ def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, si
     accountant and adds its share of both noises (``noise_share`` clients'
     shares make them up) from its cryptographic generator.
     """
+    sampled = check_sampled(inbox, state, party)
     diagonal = _box_diagonal(lower, upper)
     keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], noise_share)
+    keep.update(sampled)
     centers = np.asarray(inbox[TAG_CENTERS])
     sums, counts = dp_lloyd_exact(data, centers, lower, upper)
     share = 1.0 / math.sqrt(noise_share)
@@ -876,9 +889,12 @@ class FederatedKMeans(
         only their totals). ``False`` sends every client's statistics to the
         server in the clear, for comparison.
     client_fraction : float in (0, 1], default=1.0
-        Fraction of the clients the server samples (public random state) for
-        each Lloyd iteration; below 1 an iteration uses the sampled clients'
-        rows only (a stochastic variant, like mini-batch k-means).
+        Fraction of the clients sampled for each Lloyd iteration; below 1 an
+        iteration uses the sampled clients' rows only (a stochastic variant,
+        like mini-batch k-means). The samples are drawn from nonces the
+        clients commit to and then reveal, once per fit (two rounds), so that
+        the server cannot choose whom a sum adds; each sampled client checks
+        it was drawn.
     min_clients : int, default=None
         Fewest clients whose statistics must reach a sum; fewer raises
         ``FederatedKMeansError``. ``None`` asks for a majority of the
@@ -1128,12 +1144,51 @@ class FederatedKMeans(
                 f"{tag!r} answered; min_clients={self.min_clients} needs {needed}"
             )
 
-    def _sample(self, active, random_state):
+    def _agree_sampling(self, runtime, active, horizon):
+        """The seed of the fit's client samples, from the clients' commitments and nonces.
+
+        Only when the fit samples clients: each active client commits to a
+        nonce of its own, sees every commitment, then reveals it; the samples
+        are drawn from all the nonces (:mod:`skfedclust.secure._sampling`),
+        so the server cannot choose whom a sum adds.
+        """
+        self._sampling = None
         if self.client_fraction >= 1.0:
+            return
+        runtime.stage("client sampling: every client commits to a nonce, then reveals it")
+        slots = sorted(int(c) for c in active)
+        commitments = runtime.run(
+            sampling_commit_step, tag=TAG_COMMITS, clients=slots, horizon=horizon
+        )
+        runtime.broadcast(
+            {"slots": np.array(slots), "commitments": np.stack([commitments[c] for c in slots])},
+            tag=TAG_COMMITS,
+            clients=slots,
+        )
+        nonces = runtime.run(sampling_reveal_step, tag=TAG_REVEALS, clients=slots)
+        nonces = np.stack([nonces[c] for c in slots])
+        self._sampling = {"seed": sampling_seed(slots, nonces), "nonces": nonces, "t": 0}
+
+    def _sample(self, runtime, active):
+        """The clients of the next iteration, announced to them with the centers."""
+        if self._sampling is None:
             return list(active)
         n = max(math.ceil(self.client_fraction * len(active)), self.min_clients or 1)
         n = min(n, len(active))
-        return sorted(int(c) for c in random_state.choice(active, n, replace=False))
+        self._sampling["t"] += 1
+        t = self._sampling["t"]
+        participants = public_sample(self._sampling["seed"], t, active, n)
+        runtime.broadcast(
+            {
+                "nonces": self._sampling["nonces"],
+                "iteration": t,
+                "active": np.array(sorted(active)),
+                "participants": np.array(participants),
+            },
+            tag=TAG_SAMPLE,
+            clients=participants,
+        )
+        return participants
 
     def _max_size(self, runtime, clients):
         return float(np.max(np.asarray(runtime.client_sizes)[clients]))
@@ -1243,7 +1298,7 @@ class FederatedKMeans(
         n_iter = 0
         visited = set()
         for i in range(self.max_iter):
-            participants = self._sample(active, random_state)
+            participants = self._sample(runtime, active)
             n_c = self._max_size(runtime, participants)
             runtime.broadcast(centers, tag=TAG_CENTERS, clients=participants)
             bounds = None
@@ -1356,12 +1411,16 @@ class FederatedKMeans(
         # their rows to worker processes at every iteration. A backend the
         # user chose (joblib.parallel_config) still wins.
         with parallel_config(prefer="threads"):
-            if self.privacy == "dp":
-                self._dp_protocol(runtime, random_state)
-            else:
-                self.privacy_spent_ = self.privacy_accountant_ = None
-                self.noise_scales_ = {}
-                self._protocol(runtime, random_state)
+            try:
+                if self.privacy == "dp":
+                    self._dp_protocol(runtime, random_state)
+                else:
+                    self.privacy_spent_ = self.privacy_accountant_ = None
+                    self.noise_scales_ = {}
+                    self._protocol(runtime, random_state)
+            finally:
+                # The sampling seed and nonces are the fit's, not the model's.
+                self.__dict__.pop("_sampling", None)
 
     def _check_min_clients(self, runtime):
         if self.min_clients is not None and self.min_clients > runtime.n_clients:
@@ -1408,6 +1467,7 @@ class FederatedKMeans(
         # scikit-learn's tolerance: tol times the mean per-feature variance.
         tol = float(np.mean(variance)) * self.tol
         starts = self._initial_centers(runtime, adder, active, mean, variance, random_state)
+        self._agree_sampling(runtime, active, self.max_iter * len(starts))
         best = None
         for r, start in enumerate(starts):
             centers, n_iter = self._lloyd(
@@ -1522,6 +1582,9 @@ class FederatedKMeans(
         self.privacy_accountant_ = accountant
         self.noise_scales_ = plan.scales()
         adder = self._sum_channel(runtime, random_state)
+        # Before the set-up exchange: a step run between it and the first sum
+        # would take the pairwise seeds it delivers.
+        self._agree_sampling(runtime, everyone, plan.n_iter * n_starts)
         if adder.secure:
             # Before the first broadcast: the set-up exchange would take it.
             adder.aggregator.setup()
@@ -1612,7 +1675,7 @@ class FederatedKMeans(
         n_iter = relocated = 0
         visited = set()
         for i in range(plan.n_iter):
-            participants = self._sample(active, random_state)
+            participants = self._sample(runtime, active)
             factor = self._noise_factor(participants)
             n_c = self._max_size(runtime, participants)
             runtime.broadcast(centers, tag=TAG_CENTERS, clients=participants)

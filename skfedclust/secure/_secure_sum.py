@@ -64,6 +64,7 @@ from ..federation import Reply
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import Inbox, sum_only
 from ._node_dp import MIN_SURVIVORS
+from ._sampling import SAMPLED_PARTICIPANTS
 from ._sum_guard import (
     RECORD,
     OpenSum,
@@ -425,6 +426,13 @@ def secure_sum_upload_step(
     # a second sum of the same statistic over fewer clients look new.
     reading = _ReadingInbox(inbox)
     reply = summand(data, reading, state, party, **inner_public)
+    sampled = reply.keep.get(SAMPLED_PARTICIPANTS)
+    if sampled is not None and tuple(sampled) != tuple(participants):
+        raise SumRefusal(
+            "sampling",
+            f"the sum's participants {list(participants)} are not the sample "
+            f"{list(sampled)} the clients' seed draws",
+        )
     messages = {tag: payload for tag, payload in messages.items() if tag in reading.read}
     # The inputs the step reads: its public constants and the server's
     # messages it read, else those of the node's previous sum (a second sum
