@@ -30,6 +30,7 @@ from .federation import (
     build_federation,
     private_entropy,
     sum_only,
+    summand,
 )
 from .secure import SecureAggregator, agree_bound, agree_column_bounds
 
@@ -348,6 +349,7 @@ def cluster_moments_bound_step(data, inbox, state, party, *, centers_tag, labels
     )
 
 
+@summand
 def cluster_moments_step(data, inbox, state, party, *, centers_tag):
     """Client step: per-cluster residual sums and counts.
 
@@ -426,6 +428,7 @@ def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     )
 
 
+@summand
 def silhouette_sum_step(data, inbox, state, party, *, centers_tag, labels_key):
     """Client step: the sum of the simplified silhouettes of the client's rows, and their count."""
     centers, labels = _centers_and_labels(data, inbox, state, centers_tag, labels_key)

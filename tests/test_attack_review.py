@@ -23,12 +23,15 @@ from skfedclust.methods._fedsc import fedsc_rows
 from skfedclust.metrics import cluster_moments_bound_step
 
 
-def _deployed(n_per_client=20, n_clients=4, d=3, seed=0):
+def _deployed(n_per_client=20, n_clients=4, d=3, seed=0, clear_sums=True):
+    # Nodes that allow sums in the clear (secure_aggregation=False), so that the
+    # row rules are what refuses; ``clear_sums=False`` is the default node.
     X = np.random.default_rng(seed).normal(size=(n_per_client * n_clients, d))
     rows = [np.arange(n_per_client * c, n_per_client * (c + 1)) for c in range(n_clients)]
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    return X, rows, InProcessRuntime(federation, policy=NodePolicy())
+    policy = NodePolicy(allow_clear_sums=clear_sums)
+    return X, rows, InProcessRuntime(federation, policy=policy)
 
 
 def _no_message(runtime, tag):
@@ -138,6 +141,35 @@ def test_cluster_means_of_many_rows_are_sent():
     assert len(sent) == 4
 
 
+def _summands():
+    from skfedclust.utils._step_audit import client_steps
+
+    steps = [resolve_client_step(f"{s.module}:{s.name}", role="bound") for s in client_steps()]
+    return [s for s in steps if getattr(s, "__skfedclust_summand__", False)]
+
+
+@pytest.mark.parametrize("step", _summands(), ids=lambda s: s.__qualname__)
+def test_a_default_node_sends_a_statistic_made_to_be_added_only_inside_a_secure_sum(step):
+    # Asked on its own, a summand would hand the server one client's
+    # statistic (its column sums, its per-cluster sums, its inertia).
+    _, _, runtime = _deployed(clear_sums=False)
+    with pytest.raises(PermissionError, match="allow-clear-sums = false"):
+        runtime.run(step, tag="harvest")
+    assert _no_message(runtime, "harvest")
+
+
+def test_every_summand_of_the_package_is_marked():
+    names = {f"{s.__module__}:{s.__qualname__}" for s in _summands()}
+    assert {
+        "skfedclust.secure._moments:moments_raw",
+        "skfedclust.secure._lcc:offset_sum_step",
+        "skfedclust.methods._fedkmeans:fedkmeans_lloyd_statistics",
+        "skfedclust.methods._centroid_steps:lloyd_statistics",
+        "skfedclust.methods._ffcm:ffcm_client_moves",
+        "skfedclust.metrics:silhouette_sum_step",
+    } <= names
+
+
 @pytest.mark.parametrize("method", ["KFed", "MAvg", "FeCA", "KumarFederatedKMeans"])
 @pytest.mark.parametrize("step", [fedkmeans_largest_distances, fedkmeans_far_rows])
 def test_a_node_agreed_to_another_method_refuses_federated_kmeans_row_level_steps(method, step):
@@ -158,7 +190,7 @@ def _deployed_nodes(n_clients=4, n_per=20, d=3, seed=0):
     rows = [np.arange(n_per * c, n_per * (c + 1)) for c in range(n_clients)]
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    return X, InProcessRuntime(federation, policy=NodePolicy())
+    return X, InProcessRuntime(federation, policy=NodePolicy(allow_clear_sums=True))
 
 
 def test_largest_distances_and_farthest_rows_are_refused_where_rows_stay_in():

@@ -1307,14 +1307,16 @@ def local_deployment(tmp_path):
 #: colluders decodes from 5 parties: the three organisations and two
 #: share-holding nodes without data. GOLD keeps its local CPL updates (no
 #: exchanges): cut short, a micro-centroid can still sit on a row, which the
-#: nodes' refuse-raw-rows policy refuses.
+#: nodes' refuse-raw-rows policy refuses. FederatedKMeans runs its secure sums
+#: (the nodes' default policy sends its statistics only inside one), two
+#: iterations.
 DEPLOYMENT_PARAMS = {
     "ffcm": {"n_rounds": 2, "secure_aggregation": False},
     "kumar": {"n_rounds": 2},
     "gold": {"standardize": False},
     "fedsc": {"n_rounds": 2, "n_components": 3, "secure_aggregation": False},
     "omnifc": {"n_parties": 5, "n_segments": 1, "n_colluders": 2},
-    "fedkmeans": {"secure_aggregation": False},
+    "fedkmeans": {"max_iter": 2},
 }
 
 
@@ -1396,6 +1398,7 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         for policy in summary["policies"]:
             assert policy["trusted_identities"] and not policy["allow_unauthenticated"]
             assert policy["min_sum_participants"] == 3 and policy["refuse_raw_rows"] is True
+            assert policy["allow_clear_sums"] is False
             assert policy["min_rows_per_vector"] == 2 and len(policy["allowed_methods"]) == 10
         checked.append(method)
     assert len(checked) == 10

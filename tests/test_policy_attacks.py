@@ -52,18 +52,36 @@ HARVESTS = [
     ids=[f"{e.__name__}-{i}" for i, (e, _) in enumerate(HARVESTS)],
 )
 def test_as_many_clusters_as_a_nodes_rows_is_refused(Estimator, params):
-    # Six rows per node, six clusters: each local center or per-cluster sum is a row.
+    # Six rows per node, six clusters: each local center or per-cluster sum is a row
+    # (refused by nodes that allow sums in the clear too).
     _, clients = _clients()
-    with deployed(), pytest.raises(PermissionError, match="min-rows-per-vector|refuse-raw-rows"):
+    with (
+        deployed(allow_clear_sums=True),
+        pytest.raises(PermissionError, match="min-rows-per-vector|refuse-raw-rows"),
+    ):
         Estimator(**params).fit(clients)
 
 
 @pytest.mark.parametrize(("Estimator", "params"), HARVESTS[:2] + HARVESTS[-1:])
 def test_the_same_fit_with_few_clusters_is_accepted(Estimator, params):
     X, clients = _clients(n_per_client=40)
-    with deployed():
+    with deployed(allow_clear_sums=True):
         est = Estimator(**{**params, "n_clusters": 3}).fit(clients)
     assert est.labels_.shape == (len(X),)
+
+
+@pytest.mark.parametrize("Estimator", [FederatedKMeans, FeCA], ids=lambda e: e.__name__)
+def test_sums_in_the_clear_need_the_nodes_consent(Estimator):
+    # secure_aggregation=False asks each node for its per-cluster statistics in
+    # the clear: a default node sends them only inside a secure sum.
+    X, clients = _clients(n_per_client=40)
+    params = {"n_clusters": 3, "secure_aggregation": False, "random_state": 0}
+    if Estimator is FeCA:
+        params["final_lloyd_step"] = True
+    with deployed(), pytest.raises(PermissionError, match="allow-clear-sums = false"):
+        Estimator(**params).fit(clients)
+    with deployed(allow_clear_sums=True):
+        assert Estimator(**params).fit(clients).labels_.shape == (len(X),)
 
 
 def test_a_simulated_party_does_not_run_the_harvest_checks():

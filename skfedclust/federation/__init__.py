@@ -35,6 +35,7 @@ from ._runtime import (
     progress,
     releases_rows,
     sum_only,
+    summand,
     use_runtime,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "Session",
     "bound_only",
     "sum_only",
+    "summand",
     "build_federation",
     "current_runtime_factory",
     "input_form",

@@ -36,6 +36,13 @@ node therefore checks each request against its own policy before it answers:
     to the node's own accountant, from the public bounds and the noise the
     release holds, before the noise is drawn: a release the budget cannot
     pay, or one with no noise, is refused (replace-one neighbours).
+``allow-clear-sums``
+    ``false`` (the default): the node refuses to run on its own a step whose
+    message is one client's statistic made to be added
+    (:func:`~skfedclust.federation.summand`: per-cluster sums, moments,
+    inertias): it sends such a statistic only inside a secure sum, where the
+    server learns the total. ``true`` lets the coordinator ask for it in the
+    clear (the estimators' ``secure_aggregation=False``).
 ``min-sum-participants``
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
@@ -171,6 +178,9 @@ class NodePolicy:
         budget; releases are still checked to carry noise).
     dp_delta : float, default=1e-5
         The delta of that budget.
+    allow_clear_sums : bool, default=False
+        Run summands (:func:`~skfedclust.federation.summand`) on their own,
+        sending one client's statistic in the clear.
     """
 
     def __init__(
@@ -183,7 +193,9 @@ class NodePolicy:
         dc_full_rank_maps=False,
         dp_epsilon=None,
         dp_delta=1e-5,
+        allow_clear_sums=False,
     ):
+        self.allow_clear_sums = bool(allow_clear_sums)
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
             None
@@ -232,7 +244,12 @@ class NodePolicy:
         centrally. A test that simulates deployed nodes passes ``NodePolicy()``
         (a node's defaults) to the runtime.
         """
-        return cls(min_rows_per_vector=None, refuse_raw_rows=False, dc_full_rank_maps=True)
+        return cls(
+            min_rows_per_vector=None,
+            refuse_raw_rows=False,
+            dc_full_rank_maps=True,
+            allow_clear_sums=True,
+        )
 
     @classmethod
     def from_node_config(cls, node_config):
@@ -260,6 +277,7 @@ class NodePolicy:
             min_sum_participants=(
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),
+            allow_clear_sums=_flag(node_config.get("allow-clear-sums", False), "allow-clear-sums"),
         )
 
     def check_method(self, method):
@@ -297,6 +315,15 @@ class NodePolicy:
             f"this node's policy allows the methods {', '.join(self.allowed_methods)}; "
             f"step {step_name} belongs to none of them"
         )
+
+    def check_clear_sum(self, step):
+        """Refuse a summand asked for as a step of its own, unless clear sums are allowed."""
+        if getattr(step, "__skfedclust_summand__", False) and not self.allow_clear_sums:
+            name = f"{getattr(step, '__module__', '?')}:{getattr(step, '__qualname__', step)}"
+            raise PermissionError(
+                f"step {name} sends one client's statistic, made to be added by a secure sum; "
+                "this node's policy (allow-clear-sums = false) sends it only inside one"
+            )
 
     def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None):
         """Refuse to send what a step sends if it breaks the policy.
@@ -372,7 +399,8 @@ class NodePolicy:
             f"min_sum_participants={self.min_sum_participants!r}, "
             f"raw_row_tolerance={self.raw_row_tolerance!r}, "
             f"dc_full_rank_maps={self.dc_full_rank_maps!r}, "
-            f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r})"
+            f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r}, "
+            f"allow_clear_sums={self.allow_clear_sums!r})"
         )
 
 

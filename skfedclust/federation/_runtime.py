@@ -363,6 +363,18 @@ def bound_only(step):
     return step
 
 
+def summand(step):
+    """Mark a client step whose message is one client's statistic, made to be added.
+
+    Its vector goes into a secure sum, where the server learns the total
+    only. Run on its own, the same step hands the server that one client's
+    statistic in the clear: a node does so only where its policy allows clear
+    sums (``allow-clear-sums``, the estimators' ``secure_aggregation=False``).
+    """
+    step.__skfedclust_summand__ = True
+    return step
+
+
 def sum_only(step):
     """Mark a client step that may run only inside a secure sum (as its vector or its bound).
 
@@ -881,6 +893,7 @@ class InProcessRuntime(Runtime):
                 "may reveal; a node refuses it as a step of its own (it runs only inside a "
                 "secure sum)"
             )
+        self.policy.check_clear_sum(step)
         targets = self._targets(clients)
         self._exchange += 1
         # Before the single-thread limit of the map below, which the count reads.

@@ -147,6 +147,7 @@ def policy_summary(policy, node_config):
         "min_rows_per_vector": policy.min_rows_per_vector,
         "refuse_raw_rows": "strict" if policy.strict_rows else bool(policy.refuse_raw_rows),
         "min_sum_participants": int(policy.min_sum_participants),
+        "allow_clear_sums": bool(policy.allow_clear_sums),
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
     }
@@ -615,6 +616,7 @@ class _Service:
         step = resolve_step(control["step"], self.allowed_modules)
         policy = NodePolicy.from_node_config(context.node_config)
         policy.check_step(control["step"], method=record["method"] or None)
+        policy.check_clear_sum(step)
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
         roster, digest = begin["roster"], record["roster"]

@@ -1155,7 +1155,7 @@ def fit_on_flower(
         (what every party's node said of its policy and authentication in
         its handshake: ``allowed_methods`` (``None``: any),
         ``min_rows_per_vector``, ``refuse_raw_rows``, ``min_sum_participants``,
-        ``trusted_identities`` (it has a trust file) and
+        ``allow_clear_sums``, ``trusted_identities`` (it has a trust file) and
         ``allow_unauthenticated``; what a node says, for the operator to read:
         each node enforces its own) and ``client_outputs_`` (rows of each
         output every node wrote). The fingerprint and the policy of every
@@ -1317,7 +1317,8 @@ def _describe_policy(policy):
         f"methods {'any' if methods is None else ', '.join(map(str, methods))}, "
         f"min rows per vector {policy.get('min_rows_per_vector') or 'none'}, "
         f"refuse raw rows {str(policy.get('refuse_raw_rows')).lower()}, "
-        f"min sum participants {policy.get('min_sum_participants')}, {auth}"
+        f"min sum participants {policy.get('min_sum_participants')}, "
+        f"clear sums {'allowed' if policy.get('allow_clear_sums') else 'refused'}, {auth}"
     )
 
 

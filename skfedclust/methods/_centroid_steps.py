@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from ..clusterers import nearest_center
-from ..federation import Reply, bound_only
+from ..federation import Reply, bound_only, summand
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
@@ -42,6 +42,7 @@ def label_by_nearest_center(data, inbox, state, party, *, centers_tag="global ce
     return Reply(output={"labels": nearest_center(data, inbox[centers_tag])})
 
 
+@summand
 def lloyd_statistics(data, inbox, state, party, *, centers_tag="global centers"):
     """One federated Lloyd iteration, client side: send per-center sums and counts.
 
@@ -54,7 +55,11 @@ def lloyd_statistics(data, inbox, state, party, *, centers_tag="global centers")
     sums = np.zeros_like(centers)
     np.add.at(sums, labels, data - centers[0])
     counts = np.bincount(labels, minlength=len(centers))
-    return Reply(send=(sums, counts), keep={"labels": labels})
+    return Reply(
+        send=(sums, counts),
+        keep={"labels": labels},
+        reveals=cluster_means(centers[0], sums, counts),
+    )
 
 
 # ---------------------------------------------------------------- inertia
@@ -85,6 +90,7 @@ def inertia_message(data, centers):
     return value, np.array([int(overflow)], dtype=np.int64)
 
 
+@summand
 def nearest_center_inertia(data, inbox, state, party, *, centers_tag="final centers"):
     """Client step: the client's squared distances to its nearest centers, summed.
 
@@ -97,6 +103,7 @@ def nearest_center_inertia(data, inbox, state, party, *, centers_tag="final cent
     return Reply(send=inertia_message(data, centers))
 
 
+@summand
 def label_and_inertia(data, inbox, state, party, *, centers_tag="final centers"):
     """Client step: label the rows by nearest center (output) and send their inertia.
 
@@ -132,6 +139,7 @@ def lloyd_deviations(data, inbox, state, party, *, centers_tag="global centers")
     return Reply(send=data - centers[0], keep={"lloyd centers": centers})
 
 
+@summand
 def lloyd_kept_statistics(data, inbox, state, party):
     """:func:`lloyd_statistics` for the centers a previous step kept (a secure sum's step)."""
     centers = state["lloyd centers"]

@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers import nearest_center, normalized_frame, squared_distances
-from ..federation import Federation, InProcessRuntime, Reply, bound_only
+from ..federation import Federation, InProcessRuntime, Reply, bound_only, summand
 from ..federation._inputs import MAX_MAGNITUDE, float32_input, input_form
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..federation._runtime import thread_pool
@@ -306,6 +306,7 @@ def _add_blocks(per_block):
     return total
 
 
+@summand
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
     """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
 
@@ -335,6 +336,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     )
 
 
+@summand
 def fedkmeans_far_rows(data, inbox, state, party):
     """Client step of the empty-cluster rule: statistics of the far rows of donor clusters.
 
@@ -443,6 +445,7 @@ def _move_to_farthest_rows(rows, *, centers, sums, counts, empty):
     return new
 
 
+@summand
 def fedkmeans_inertia(data, inbox, state, party, *, output):
     """Client step: squared distances of the rows to their nearest center, summed.
 
@@ -462,6 +465,7 @@ def fedkmeans_nearest_distances(data, inbox, state, party, *, centers):
     return Reply(send=squared_distances(data, np.asarray(centers)).min(axis=1))
 
 
+@summand
 def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
     """Client step of ``score``: the squared distances of the rows to the model's centers."""
     centers = np.asarray(centers)
@@ -505,6 +509,7 @@ def _box_diagonal(lower, upper):
     return float(np.linalg.norm(np.asarray(upper, dtype=np.float64) - np.asarray(lower)))
 
 
+@summand
 def fedkmeans_dp_moments(
     data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares, noise_share
 ):
@@ -543,6 +548,7 @@ def fedkmeans_dp_moments(
     )
 
 
+@summand
 def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, noise_share):
     """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
 
@@ -570,6 +576,7 @@ def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, si
     )
 
 
+@summand
 def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, noise_share, output):
     """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
 

@@ -26,7 +26,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
-from ..federation import Reply, bound_only
+from ..federation import Reply, bound_only, summand
 from ..partition import IIDPartition
 from ..secure._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
@@ -197,6 +197,7 @@ def fedsc_distance_total(data, inbox, state, party, *, max_samples):
     return Reply(send=np.array([total]), keep={"pair distances": (total, pairs)})
 
 
+@summand
 def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
     """Client step: the set-up statistics the server only needs summed over the clients.
 
@@ -231,6 +232,7 @@ def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_sample
     return Reply(send=int(rank), keep={"bandwidth": bandwidth})
 
 
+@summand
 def fedsc_rank_histogram(data, inbox, state, party, *, bandwidth, energy, max_samples, length):
     """Client step of a secure sum: the dictionary-size rule as a one-hot count.
 

@@ -18,7 +18,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import fuzzy_memberships
-from ..federation import Reply, releases_rows
+from ..federation import Reply, releases_rows, summand
 from ..secure import SumChannel
 from ..secure._moments import moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
@@ -63,6 +63,7 @@ def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
     return Reply(send=(local, mass))
 
 
+@summand
 def ffcm_client_moves(data, inbox, state, party, *, fuzzifier, n_local_iter):
     """Client step of a v1 round by secure sums: mass-weighted moves of the centers, and masses.
 

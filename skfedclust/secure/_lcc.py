@@ -56,7 +56,15 @@ from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_info
 
 from ..clusterers._memory import check_dense_memory, release_free_heap
-from ..federation import Federation, InProcessRuntime, Received, Reply, logger, private_entropy
+from ..federation import (
+    Federation,
+    InProcessRuntime,
+    Received,
+    Reply,
+    logger,
+    private_entropy,
+    summand,
+)
 from ..federation._runtime import _thread_controller, thread_pool
 from ._field import (
     DEFAULT_PRIME,
@@ -518,6 +526,7 @@ def offset_bound_step(data, inbox, state, party):
     return Reply(send=np.float64(_data_bounds([data])[0]))
 
 
+@summand
 def offset_sum_step(data, inbox, state, party, *, shift):
     """Client step: the exact fixed-point column sums of its rows (int64), for a secure sum."""
     return Reply(send=fixed_point_column_sums(data, shift))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..federation import Reply, bound_only
+from ..federation import Reply, bound_only, summand
 from ._secure_sum import SecureAggregator, SecureSumError, agree_bound, agree_column_bounds
 
 __all__ = ["SumChannel", "pooled_moments"]
@@ -54,11 +54,13 @@ def _one_mean(mean, width):
     return mean
 
 
+@summand
 def moments_raw(data, inbox, state, party):
     """Client step: column sums and the number of rows."""
     return Reply(send=(data.sum(axis=0), np.array([data.shape[0]], dtype=np.int64)))
 
 
+@summand
 def moments_centered(data, inbox, state, party, *, mean):
     """Client step: per feature, the sums of the deviations from ``mean`` and of their squares."""
     deviations = data - _one_mean(mean, data.shape[1])

@@ -56,6 +56,7 @@ import dataclasses
 import hashlib
 import math
 import numbers
+import pickle
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -300,6 +301,49 @@ def _encode(arrays, spec, shifts, n_clients, who):
     return flat.view(np.uint64)
 
 
+class _ReadingState(dict):
+    """A copy of a node's kept state that notes the keys a step reads.
+
+    Steps return what they keep (``Reply.keep``) and never write their state,
+    so a shallow copy serves; the sum's own record is not an input.
+    """
+
+    __slots__ = ("read",)
+
+    def __init__(self, state):
+        super().__init__(state)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def digest(self):
+        """Digest of the kept values read (``b""`` when none was)."""
+        keys = sorted(
+            (k for k in self.read if k != RECORD and dict.__contains__(self, k)), key=repr
+        )
+        if not keys:
+            return b""
+        return public_digest([_value_digest(dict.__getitem__(self, k)) for k in keys])
+
+
+def _value_digest(value):
+    try:
+        return public_digest(value)
+    except TypeError:
+        # A kept object (a fitted map, a record): its pickle stands for it.
+        return hashlib.sha256(pickle.dumps(value)).digest()
+
+
 class _ReadingInbox(Inbox):
     """An inbox that notes the tags a step reads (iterating over it reads them all)."""
 
@@ -425,7 +469,8 @@ def secure_sum_upload_step(
     # messages the step reads, so an extra message it never reads cannot make
     # a second sum of the same statistic over fewer clients look new.
     reading = _ReadingInbox(inbox)
-    reply = summand(data, reading, state, party, **inner_public)
+    kept = _ReadingState(state)
+    reply = summand(data, reading, kept, party, **inner_public)
     sampled = reply.keep.get(SAMPLED_PARTICIPANTS)
     if sampled is not None and tuple(sampled) != tuple(participants):
         raise SumRefusal(
@@ -434,18 +479,30 @@ def secure_sum_upload_step(
             f"{list(sampled)} the clients' seed draws",
         )
     messages = {tag: payload for tag, payload in messages.items() if tag in reading.read}
-    # The inputs the step reads: its public constants and the server's
-    # messages it read, else those of the node's previous sum (a second sum
-    # over what an earlier one kept, such as the centers).
+    # The masks' keys bind the public inputs of the sum, the same on every
+    # client: the server's messages the step read, else those of the node's
+    # previous sum (a second sum over what an earlier one kept, such as the
+    # centers), and the fixed-point bounds (clients told other bounds than
+    # the rest cannot be read apart in the sum's bits).
     inputs = public_digest(messages) if messages else record.inputs
-    # The statistic is what the step computes: its name, constants and inputs,
-    # not the fixed-point bounds (other bounds encode the same values, and a
-    # second sum over other clients under other bounds would give away the
-    # difference). The masks' keys bind the bounds too: clients told other
-    # bounds than the rest cannot be read apart in the sum's bits.
-    statistic = public_digest(inner, inner_public, inputs)
+    key_digest = public_digest(
+        public_digest(inner, inner_public, inputs),
+        shifts,
+        participants,
+        graph,
+        int(threshold),
+        int(sum_id),
+    )
+    # one-sum-per-input keys the statistic on what the step computes from:
+    # its name, constants and the messages it read, or, for a step that read
+    # none, the kept values it read (a step that reads nothing is a function of
+    # the rows alone; keying it on the previous sum would let an interleaved sum
+    # make it look new). Never the fixed-point bounds: other bounds encode the
+    # same values, and a second sum over other clients under other bounds
+    # would give away the difference. The key stays on the node.
+    read = public_digest(messages) if messages else kept.digest()
+    statistic = public_digest(inner, inner_public, read)
     check_statistic(record, statistic, participants)
-    key_digest = public_digest(statistic, shifts, participants, graph, int(threshold), int(sum_id))
     seeds = _pairwise_seeds(inbox, state, graph["seed"])
     missing = [j for j in mine if j not in seeds]
     if missing:
