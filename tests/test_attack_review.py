@@ -339,3 +339,53 @@ def test_a_one_feature_node_refuses_to_send_its_farthest_values():
     runtime.broadcast({"n_empty": 10, "centers": np.full((1, 1), -100.0)}, tag=TAG_FARTHEST)
     with pytest.raises(PermissionError, match="refuse-raw-rows"):
         runtime.run(fedkmeans_largest_distances, tag="far")
+
+
+# --------------------------------------------------------------------------- #
+# Attacks of an independent attack suite, refused by default nodes
+# --------------------------------------------------------------------------- #
+def test_a_sum_that_reads_nothing_is_one_statistic_whatever_sum_came_between():
+    # moments_raw (column sums and count) reads no server message: a second
+    # sum of it over five of six clients, after a sum of another step, would
+    # give the sixth client's column sums by difference.
+    from skfedclust.secure import SecureAggregator
+    from skfedclust.secure._moments import moments_raw
+
+    X, rows, runtime = _deployed(n_clients=6, clear_sums=False)
+    aggregator = SecureAggregator(runtime, seed=3)
+    aggregator.sum(moments_raw, tag="all", bounds=[64.0, None])
+    runtime.broadcast(np.zeros((1, 3)), tag=TAG_CENTERS)
+    aggregator.sum(fedkmeans_lloyd_statistics, tag="between", bounds=[64.0, None, 512.0, None])
+    with pytest.raises(PermissionError, match="one-sum-per-input"):
+        aggregator.sum(moments_raw, tag="all but 5", clients=[0, 1, 2, 3, 4], bounds=[64.0, None])
+
+
+def test_a_party_builds_the_lagrange_encoding_itself():
+    # A server-sent encoding matrix with zero noise rows would make every share
+    # the rows themselves: a party takes l, t, m and p, and refuses t = 0.
+    from skfedclust.secure._lcc import TAG_OFFSET, TAG_SHARE, lcc_share_step, offset_bounds_step
+
+    _, _, runtime = _deployed()
+    runtime.broadcast(np.zeros(3), tag=TAG_OFFSET)
+    runtime.run(offset_bounds_step, tag="bounds")
+    share = {"precision": 20, "n_parties": 4, "n_segments": 1, "p": 2**31 - 1}
+    with pytest.raises(TypeError, match="encoding"):
+        runtime.run(lcc_share_step, tag=TAG_SHARE, encoding=np.ones((2, 4)), **share)
+    with pytest.raises(PermissionError, match="lcc-noise.*colluders"):
+        runtime.run(lcc_share_step, tag=TAG_SHARE, n_colluders=0, **share)
+    with pytest.raises(PermissionError, match="lcc-noise.*no Lagrange code"):
+        runtime.run(lcc_share_step, tag=TAG_SHARE, n_colluders=1, **{**share, "p": 2**31 - 3})
+    assert _no_message(runtime, TAG_SHARE)
+
+
+def test_a_party_sends_its_bounds_around_one_offset_per_fit():
+    # Its farthest row's distance from several server-chosen offsets would locate it.
+    from skfedclust.secure._lcc import TAG_OFFSET, offset_bounds_step
+
+    _, _, runtime = _deployed()
+    runtime.broadcast(np.zeros(3), tag=TAG_OFFSET)
+    runtime.run(offset_bounds_step, tag="bounds")
+    runtime.broadcast(np.ones(3), tag=TAG_OFFSET)
+    with pytest.raises(PermissionError, match="one-offset"):
+        runtime.run(offset_bounds_step, tag="again")
+    assert _no_message(runtime, "again")

@@ -1794,6 +1794,7 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "min_rows_per_vector": 5,
                 "refuse_raw_rows": "strict",
                 "min_sum_participants": 3,
+                "allow_clear_sums": False,
                 "trusted_identities": True,
                 "allow_unauthenticated": False,
             }

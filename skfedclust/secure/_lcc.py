@@ -43,6 +43,7 @@ the noise, the parameters ``(m, l, t)``, the surviving parties or
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import threading
@@ -71,6 +72,7 @@ from ._field import (
     ModularProduct,
     centred,
     check_prime,
+    is_prime,
     mod_inverse,
     reduction_bound,
 )
@@ -543,8 +545,17 @@ def offset_bounds_step(data, inbox, state, party):
 
     ``max |x - offset|`` and ``max ||x - offset||`` (two float64) are the
     public bounds the precision is chosen from; the server takes the largest.
+    A party sends them once per fit: the distances of the farthest row from
+    several server-chosen offsets would locate it.
     """
-    offset = inbox[TAG_OFFSET]
+    offset = np.asarray(inbox[TAG_OFFSET], dtype=np.float64)
+    if "offset" in state:
+        # Distances from several server-chosen points would trilaterate the
+        # farthest row: one offset per fit.
+        raise PermissionError(
+            "refused by rule 'one-offset': this party sent its bounds around the fit's "
+            "offset already"
+        )
     bounds = np.asarray(_data_bounds([data], offset), dtype=np.float64)
     return Reply(send=bounds, keep={"offset": offset})
 
@@ -719,12 +730,49 @@ def lcc_encode(residues, seed, *, encoding, n_segments, p):
     return shares
 
 
-def lcc_share_step(data, inbox, state, party, *, precision, encoding, n_segments, p):
+def agreed_encoding(n_segments, n_colluders, n_parties, p):
+    """The encoding matrix a party builds itself from the fit's public integers.
+
+    Taken from the server as a matrix, its noise rows could be zero, and
+    every share would then be the quantized rows themselves: one colluding
+    party would read them. A party refuses fewer than one colluder's worth
+    of noise and a modulus that is not prime.
+    """
+    n_segments, n_colluders, n_parties, p = (
+        int(n_segments),
+        int(n_colluders),
+        int(n_parties),
+        int(p),
+    )
+    if n_colluders < 1:
+        raise PermissionError(
+            f"refused by rule 'lcc-noise': {n_colluders} colluders; a share without noise "
+            "is the rows themselves"
+        )
+    if n_segments < 1 or n_parties < n_segments + n_colluders or not is_prime(p) or p < 2**16:
+        raise PermissionError(
+            f"refused by rule 'lcc-noise': l={n_segments}, t={n_colluders}, m={n_parties}, "
+            f"p={p} is no Lagrange code"
+        )
+    return _encoding_matrix_cached(n_segments, n_colluders, n_parties, p)
+
+
+@functools.lru_cache(maxsize=8)
+def _encoding_matrix_cached(n_segments, n_colluders, n_parties, p):
+    matrix = encoding_matrix(n_segments, n_colluders, n_parties, p)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def lcc_share_step(data, inbox, state, party, *, precision, n_colluders, n_parties, n_segments, p):
     """Client step: quantize the own rows around the offset, send every party its shares.
 
     The share for party ``j`` goes to it as a peer message; the client's own
-    share (it is a party too) stays with it.
+    share (it is a party too) stays with it. The encoding matrix is the
+    client's own (:func:`agreed_encoding`), from the public ``l``, ``t``,
+    ``m`` and ``p``.
     """
+    encoding = agreed_encoding(n_segments, n_colluders, n_parties, p)
     residues = quantize(data, precision, p, n_segments, state["offset"])
     shares = lcc_encode(residues, party.rng, encoding=encoding, n_segments=n_segments, p=p)
     me = party.index
@@ -895,13 +943,16 @@ def lcc_tiles_step(
     return Reply(send=send, keep=keep)
 
 
-def lcc_query_share_step(data, inbox, state, party, *, precision, encoding, n_segments, p):
+def lcc_query_share_step(
+    data, inbox, state, party, *, precision, n_colluders, n_parties, n_segments, p
+):
     """Client step of the querying party: Lagrange-encode its new rows, send every party its shares.
 
     ``data`` are the querying party's new rows. Quantized around the offset
     it kept, masked with fresh noise from its private generator; its own
     share stays with it.
     """
+    encoding = agreed_encoding(n_segments, n_colluders, n_parties, p)
     residues = quantize(data, precision, p, n_segments, state["offset"])
     shares = lcc_encode(residues, party.rng, encoding=encoding, n_segments=n_segments, p=p)
     me = party.index
@@ -1912,7 +1963,8 @@ def lcc_exchange(
         lcc_share_step,
         tag=TAG_SHARE,
         precision=precision,
-        encoding=setup.encoding,
+        n_colluders=setup.t,
+        n_parties=setup.m,
         n_segments=setup.l,
         p=setup.p,
     )
@@ -1985,7 +2037,8 @@ def lcc_query_distances(runtime, setup, precision, *, querier, parties, n_train,
         tag=TAG_QUERY_SHARE,
         clients=[querier],
         precision=precision,
-        encoding=setup.encoding,
+        n_colluders=setup.t,
+        n_parties=setup.m,
         n_segments=setup.l,
         p=setup.p,
     )
