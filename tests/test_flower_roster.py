@@ -184,6 +184,7 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "min_rows_per_vector": 2,
         "refuse_raw_rows": True,
         "min_sum_participants": 5,
+        "allow_clear_sums": False,
         "trusted_identities": True,
         "allow_unauthenticated": False,
     }
