@@ -583,7 +583,7 @@ def test_the_server_cannot_see_one_clients_sums_for_the_offset():
     # What a curious server can do with all it received: rebuild every client's self
     # mask from the shares revealed in the unmasking and take it off its upload.
     ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
-    shift = _lcc.fixed_point_shift(max(float(b) for b in runtime.received[0].values()), 25 * 5)
+    shift = _lcc.column_sum_exponent(max(float(b) for b in runtime.received[0].values()), 25 * 5)
     opened = remove_self_masks(uploads, reveals)
     plain = {
         c: _lcc.fixed_point_column_sums(X_c, shift).view(np.uint64) for c, X_c in enumerate(clients)

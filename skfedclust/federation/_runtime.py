@@ -253,10 +253,8 @@ class Reply:
         Vectors the server computes from ``send`` with what it already holds,
         never sent themselves: the mean of a cluster, from the sum of its
         rows' deviations from a center the server chose and their count. The
-        node's policy searches them for its rows as if they were sent
-        (:meth:`NodePolicy.check_outgoing
-        <skfedclust.federation._policy.NodePolicy.check_outgoing>`), when
-        ``send`` goes to the server in the clear.
+        node's policy (``refuse-raw-rows``) searches them for its rows as if
+        they were sent, when ``send`` goes to the server in the clear.
     """
 
     __slots__ = ("send", "keep", "to_peers", "output", "reveals")
@@ -1062,8 +1060,3 @@ def use_runtime(factory):
         yield factory
     finally:
         _RUNTIME_FACTORY.reset(token)
-
-
-def as_array_list(received):
-    """The payloads of ``received`` as a list of arrays, in client order."""
-    return [np.asarray(p) for p in received.list()]

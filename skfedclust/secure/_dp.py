@@ -213,10 +213,6 @@ def _check_learning_rate(learning_rate):
     return _check_positive(learning_rate, "learning_rate")
 
 
-def _optional_positive(value, name):
-    return None if value is None else _check_positive(value, name)
-
-
 def coef_norm_bound(*, lam, n_components=None, coef_clip=None):
     """Bound ``tau_C`` on the norm of every coefficient vector FedSC computes.
 

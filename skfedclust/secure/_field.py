@@ -26,7 +26,6 @@ enough to stay in cache. This module has no Python loop over samples.
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
@@ -454,8 +453,3 @@ def _check_residues(x, p, name):
     if x.size and (x.min() < 0 or x.max() >= p):
         raise ValueError(f"{name} must hold residues in [0, p)")
     return x
-
-
-def ceil_log2(x):
-    """Smallest ``k`` with ``2**k >= x``."""
-    return max(0, math.ceil(math.log2(x))) if x > 0 else 0

@@ -502,8 +502,11 @@ class DataHolderDroppedError(RuntimeError):
     """A data client dropped out of the protocol: the distances would miss its rows."""
 
 
-def fixed_point_shift(max_abs, n_samples):
+def column_sum_exponent(max_abs, n_samples):
     """Exponent ``s`` of the fixed-point sums: entries become ``rint(x * 2**-s)``.
+
+    (The secure sum's :func:`~skfedclust.secure.fixed_point_shift` counts the
+    other way: entries become ``rint(x * 2**s)``.)
 
     With ``|x| < 2**E`` the scaled entries stay below ``2**(62 - bits(n))`` in
     magnitude, so the sum of ``n`` rows fits in int64 and decodes exactly.
@@ -602,7 +605,7 @@ def agree_offset(runtime, *, seed=None, require_all=True):
     # A secure sum adds integers below 2**62 / n_clients per client: rows scaled
     # below 2**62 / 2**bits(n n_clients) keep every client's sum, and the
     # total, within it.
-    shift = fixed_point_shift(max_abs, int(sizes.sum()) * n_clients)
+    shift = column_sum_exponent(max_abs, int(sizes.sum()) * n_clients)
     if seed is None:
         seed = int(runtime.seeds[0])
     channel = SumChannel(runtime, secure=True, seed=int(seed))
@@ -1277,8 +1280,6 @@ MAX_MESSAGE_BYTES = 256 * 2**20
 #: Largest exchange, all parties together: the messages the server holds at
 #: once stay bounded whatever ``n``.
 MAX_EXCHANGE_BYTES = 128 * 2**20
-#: Whether the parties compute the next exchange while the server decodes one.
-PIPELINE = True
 #: Values the streaming median keeps before it counts them in a window, and
 #: the widest window it counts every integer of.
 MEDIAN_SAMPLE = 2**22
@@ -1414,10 +1415,11 @@ def streamed_exchange(
     with _thread_controller().limit(limits=1), ThreadPoolExecutor(1) as asker:
         while True:
             plan = [(pass_, i) for i in range(len(exchanges))]
-            pending = asker.submit(request, *plan[0]) if PIPELINE else None
-            for k, (p_, i) in enumerate(plan):
-                received = pending.result() if PIPELINE else request(p_, i)
-                if PIPELINE and k + 1 < len(plan):
+            # The parties compute the next exchange while the server decodes one.
+            pending = asker.submit(request, *plan[0])
+            for k, (_, i) in enumerate(plan):
+                received = pending.result()
+                if k + 1 < len(plan):
                     pending = asker.submit(request, *plan[k + 1])
                 runtime.server(
                     lcc_decode_tiles_step,
