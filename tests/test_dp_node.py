@@ -183,3 +183,89 @@ def test_the_noise_comes_from_the_cryptographic_generator_and_is_gaussian():
     assert abs(np.corrcoef(noise.ravel(), other.ravel())[0, 1]) < 0.02
     statistical = Party(0, 0, [5], stream=(1,)).rng.normal(0, 2.0, (200, 50))
     assert not np.allclose(noise, statistical)
+
+
+# --------------------------------------------------------------------------- #
+# FedSC: the node charges its own releases
+# --------------------------------------------------------------------------- #
+FEDSC_FACTORS = dict(
+    privacy="factors", epsilon=1.0, delta=1e-5, bandwidth=2.5, n_components=7,
+    z_update="gradient", learning_rate=0.1, n_rounds=2, kmeans_n_init=2, random_state=0,
+)  # fmt: skip
+FEDSC_DATA = dict(
+    privacy="data", epsilon=1.0, delta=1e-5, clip_norm=8.0, n_rounds=2, kmeans_n_init=2,
+    random_state=0,
+)  # fmt: skip
+
+
+def _iris_clients():
+    from sklearn.datasets import load_iris
+
+    X = load_iris().data
+    return np.array_split(X[np.random.default_rng(0).permutation(len(X))], 4)
+
+
+@pytest.mark.parametrize("params", [FEDSC_FACTORS, FEDSC_DATA], ids=["factors", "data"])
+def test_fedsc_releases_are_charged_to_the_nodes_own_budget(params):
+    from skfedclust import FedSpectralClustering
+
+    clients = _iris_clients()
+    # Every node pays the whole epsilon the estimator claims, from its own
+    # computation of each release's sensitivity.
+    with simulated_nodes(dp_epsilon=1.0), refused("dp-budget"):
+        FedSpectralClustering(3, **{**params, "epsilon": 1.5}).fit(clients)
+    with simulated_nodes(dp_epsilon=1.0):
+        est = FedSpectralClustering(3, **params).fit(clients)
+    assert est.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(n_rounds=2, kmeans_n_init=2, random_state=0),
+        dict(privacy="data", noise_ratio=0.3, n_rounds=2, kmeans_n_init=2, random_state=0),
+        dict(privacy="factors", noise_ratio=0.1, n_rounds=2, kmeans_n_init=2, random_state=0),
+    ],
+    ids=["no privacy", "relative data noise", "relative factor noise"],
+)
+def test_fedsc_releases_without_calibrated_noise_are_refused_by_a_node_with_a_budget(params):
+    from skfedclust import FedSpectralClustering
+
+    with simulated_nodes(dp_epsilon=1.0), refused("dp-noise"):
+        FedSpectralClustering(3, **params).fit(_iris_clients())
+    # Without a budget of its own a node takes part (the paper's experiments).
+    FedSpectralClustering(3, **params).fit(_iris_clients())
+
+
+def test_fedsc_factor_noise_smaller_than_the_sensitivity_needs_is_refused():
+    # A lying coordinator halves the dictionary's noise: the node computes the
+    # sensitivity itself, so the same budget no longer pays for the release.
+    from skfedclust.methods._fedsc import fedsc_round
+    from skfedclust.secure import factor_noise_scales
+
+    scales = factor_noise_scales(
+        1.0, 1e-5, bandwidth=2.5, n_components=7, lam=1e-2, n_rounds=2, learning_rate=0.1
+    )
+    rng = np.random.default_rng(0)
+    party = Party(0, 0, 1, policy=NodePolicy(dp_epsilon=1.0))
+    public = dict(
+        check_underflow=False, bandwidth=2.5, reg=1e-2, z_update="gradient",
+        learning_rate=0.1, coef_clip=None, send_count=False, send_objective=False,
+        send_coef=False, coef_noise=None,
+    )  # fmt: skip
+    inbox = {"dictionary": rng.normal(size=(7, 4))}
+    data = rng.normal(size=(30, 4))
+    honest = ("calibrated", None, scales.dictionary)
+    state, accepted = {}, 0
+    with refused("dp-budget"):
+        for accepted in range(10):
+            step = fedsc_round(data, inbox, state, party, dictionary_noise=honest, **public)
+            state.update(step.keep)
+    # The dictionary's share of the budget (half of mu**2) pays for the fit's two
+    # rounds and, unused, the coefficients' half for two more: four in all.
+    assert accepted == 4
+    with refused("dp-budget"):
+        fedsc_round(
+            data, inbox, {}, party,
+            dictionary_noise=("calibrated", None, scales.dictionary / 4), **public,
+        )  # fmt: skip

@@ -32,11 +32,15 @@ from ..secure._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAcc
 from ..secure._dp import (
     add_gaussian_noise,
     clip_rows,
+    coef_sensitivity,
     data_noise_scale,
+    dictionary_sensitivity,
     factor_noise_scales,
     relative_noise_scale,
 )
 from ..secure._moments import SumChannel
+from ..secure._node_dp import charge_node
+from ..secure._sum_guard import SumRefusal
 from ._base import BaseFederatedClustering
 from ._fedsc_core import (
     MAX_SAMPLES,
@@ -129,6 +133,62 @@ def _perturb(matrix, noise, rng, what):
     return add_gaussian_noise(matrix, sigma, random_state=rng), sigma
 
 
+def _node_budget(party):
+    """Whether the node's policy sets its own differential-privacy budget."""
+    return party.policy.dp_epsilon is not None
+
+
+def _charge_node(state, party, releases):
+    """Charge calibrated releases to the node's own accountant (what the step keeps).
+
+    ``releases`` are ``(what, sensitivity, noise)``: the node computes each
+    sensitivity from the clip it applies itself and the public constants it
+    computes with, and refuses a release without calibrated noise. Nothing
+    is charged or checked when the node's policy sets no budget.
+    """
+    if not _node_budget(party):
+        return {}
+    sigmas = []
+    for what, sensitivity, noise in releases:
+        if noise is None or noise[0] != "calibrated":
+            raise SumRefusal(
+                "dp-noise",
+                f"the {what} would leave this node without calibrated noise; its policy "
+                "sets a dp-epsilon budget",
+            )
+        sigmas.append((what, sensitivity, noise[2]))
+    return charge_node(state, party, sigmas, 1)
+
+
+def _dictionary_sensitivity(bandwidth, n_components, learning_rate, reg, coef_clip):
+    return dictionary_sensitivity(
+        bandwidth=bandwidth,
+        n_components=n_components,
+        learning_rate=learning_rate,
+        lam=reg,
+        coef_clip=coef_clip,
+    )
+
+
+def _coef_sensitivity(reg, n_components, coef_clip):
+    return coef_sensitivity(lam=reg, n_components=n_components, coef_clip=coef_clip)
+
+
+def _require_private_rows(state, party, what):
+    """Refuse a release of the raw rows' statistics where the node has a budget.
+
+    Under ``privacy='data'`` every later release is computed on the perturbed
+    rows the node kept (post-processing, free); without them a statistic of
+    the rows carries no noise.
+    """
+    if _node_budget(party) and "rows" not in state:
+        raise SumRefusal(
+            "dp-noise",
+            f"{what} of this node's rows would leave it without noise; its policy sets a "
+            "dp-epsilon budget (the rows are not perturbed)",
+        )
+
+
 # ---------------------------------------------------------------- client side
 def fedsc_prepare(
     data,
@@ -157,6 +217,10 @@ def fedsc_prepare(
     send = {}
     rows = data
     if data_noise is not None:
+        # The node's own charge, from the clip it applies: a replaced row moves
+        # the perturbed rows by at most 2 clip_norm.
+        clip = None if data_noise is None else data_noise[1]
+        keep.update(_charge_node(state, party, [("rows", 2.0 * (clip or np.inf), data_noise)]))
         rows, sigma = _perturb(data, data_noise, party.rng, "rows")
         keep["rows"] = rows
         if data_noise[0] == "ratio":
@@ -171,6 +235,8 @@ def fedsc_prepare(
         send["feature_sums"] = feature_sums(rows)
     if send_rows:
         send["rows"] = rows
+    if send and "rows" not in keep:
+        _require_private_rows(state, party, "the set-up statistics")
     return Reply(send=send or None, keep=keep)
 
 
@@ -182,6 +248,7 @@ def fedsc_rows(data, inbox, state, party):
     bound (a histogram of binary orders the server learns from a secure sum)
     is post-processing of the release like everything else.
     """
+    _require_private_rows(state, party, "a bound")
     return Reply(send=_client_rows(data, state))
 
 
@@ -191,6 +258,7 @@ def fedsc_distance_total(data, inbox, state, party, *, max_samples):
     Keeps ``(total, pairs)`` (:func:`~skfedclust.methods._fedsc_core.pair_distance_sum`)
     for the secure sum that follows, so both see the same value.
     """
+    _require_private_rows(state, party, "the pair-distance total")
     total, pairs = pair_distance_sum(
         _client_rows(data, state), max_samples=max_samples, random_state=party.seed
     )
@@ -206,6 +274,7 @@ def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
     rows and their number of pairs (the federated bandwidth, kept by
     :func:`fedsc_distance_total`); added up by a secure sum.
     """
+    _require_private_rows(state, party, "the set-up sums")
     rows = _client_rows(data, state)
     parts = ()
     if send_sums:
@@ -224,6 +293,7 @@ def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_sample
     The rows' Gaussian kernel with the bandwidth (public, or broadcast); sends
     the number of its leading eigenvalues that hold ``energy`` of the total.
     """
+    _require_private_rows(state, party, "the dictionary-size rule")
     bandwidth = _bandwidth_of(inbox, state, bandwidth)
     rows = _client_rows(data, state)
     rank = n_components_auto(
@@ -309,6 +379,29 @@ def fedsc_round(
         coef_clip=coef_clip,
         check_underflow=check_underflow,
     )
+    keep = {"bandwidth": r}
+    if "rows" not in state and _node_budget(party):
+        # Factors: the node charges each release, its sensitivity computed
+        # from the constants it computes with (Eq. 14-16 with its clip).
+        n_components = dictionary.shape[0]
+        releases = [
+            (
+                "dictionary",
+                _dictionary_sensitivity(r, n_components, learning_rate, reg, coef_clip),
+                dictionary_noise,
+            )
+        ]
+        if send_coef:
+            releases.append(
+                ("coefficients", _coef_sensitivity(reg, n_components, coef_clip), coef_noise)
+            )
+        if send_objective:
+            raise SumRefusal(
+                "dp-noise",
+                "the objective of this node's rows would leave it without noise; its policy "
+                "sets a dp-epsilon budget",
+            )
+        keep.update(_charge_node(state, party, releases))
     upload, sigma = _perturb(update.dictionary, dictionary_noise, party.rng, "dictionary")
     send = {"dictionary": upload}
     if send_count:
@@ -323,7 +416,7 @@ def fedsc_round(
         send["coef"] = coef.T
         if _relative(coef_noise):
             send["coef_noise_scale"] = np.float64(coef_sigma)
-    return Reply(send=send, keep={"bandwidth": r})
+    return Reply(send=send, keep=keep)
 
 
 def _relative(noise):
@@ -341,13 +434,18 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     """
     dictionary = inbox[TAG_DICTIONARY]
     rows = _client_rows(data, state)
+    keep = {}
+    if "rows" not in state and _node_budget(party):
+        clip = None if coef_noise is None else coef_noise[1]
+        sensitivity = _coef_sensitivity(reg, dictionary.shape[0], clip)
+        keep = _charge_node(state, party, [("coefficients", sensitivity, coef_noise)])
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
     noisy, sigma = _perturb(coef.T, coef_noise, party.rng, "coefficients")
     send = {"coef": noisy.T}
     if _relative(coef_noise):
         send["noise_scale"] = np.float64(sigma)
-    return Reply(send=send)
+    return Reply(send=send, keep=keep)
 
 
 def fedsc_receive_labels(data, inbox, state, party):
