@@ -440,6 +440,37 @@ class MaskedMean(BaseFederatedClustering):
         self.uploads_ = sums.list()
 
 
+def report_server_tags(data, inbox, state, party):
+    """Send which inbox tags the node takes for the server's (sorted, as an int mask)."""
+    tags = ["per client", "mask"]
+    return Reply(send=np.array([t in inbox.server_tags for t in tags], dtype=np.int64))
+
+
+class TellsServerTags(BaseFederatedClustering):
+    """A server message shaped like peer messages ({int: payload}), then peer messages."""
+
+    def __init__(self, *, partition=None, n_jobs=None, random_state=0, verbose=0):
+        self.partition = partition
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _run_protocol(self, runtime, random_state):
+        runtime.run(mask_shares, tag="mask", n_clients=runtime.n_clients)
+        runtime.broadcast({0: np.zeros(2), 1: np.ones(2)}, tag="per client")
+        self.told_ = runtime.run(report_server_tags, tag="tags").list()
+        self.cluster_centers_ = np.zeros((1, runtime.n_features))
+
+
+def test_a_node_knows_the_servers_messages_from_the_relays_events():
+    # A node keys a secure sum's statistic on the server's messages it reads: which
+    # ones are the server's comes from the relay's events, never from their shape.
+    clients = _clients()
+    estimator, _, _ = _local_fit(TellsServerTags(), clients)
+    assert [list(t) for t in estimator.told_] == [[1, 0]] * 4
+    assert [list(t) for t in TellsServerTags().fit(clients).told_] == [[1, 0]] * 4
+
+
 def _all_bytes(messages):
     """Every byte the server handled: array buffers and config values of every message."""
     chunks = []

@@ -27,6 +27,7 @@ from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
 from ..federation._runtime import (
+    Inbox,
     Party,
     _check_reply,
     _run_step,
@@ -623,11 +624,12 @@ class _Service:
         n_parties = int(begin["n_parties"])
         last = {int(k): v for k, v in json.loads(record["last"]).items()}
 
-        inbox = {}
+        inbox, server_tags = {}, set()
         for event in body["events"]:
             if event[0] == "server":
                 _, tag, payload = event
                 inbox[tag] = payload
+                server_tags.add(tag)
                 continue
             _, tag, sender, exchange, ref = event
             sender, exchange = int(sender), int(exchange)
@@ -662,6 +664,9 @@ class _Service:
                     f"could not open the sealed message from party {sender}: {exc}"
                 ) from None
             inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
+        # Which messages are the server's is what the relay's events say, as in
+        # process: a step (a secure sum keying its statistic) never guesses it.
+        inbox = Inbox(inbox, server_tags)
 
         data = None
         if party < int(begin["n_clients"]):
