@@ -446,14 +446,8 @@ def report_server_tags(data, inbox, state, party):
     return Reply(send=np.array([t in inbox.server_tags for t in tags], dtype=np.int64))
 
 
-class TellsServerTags(BaseFederatedClustering):
+class TellsServerTags(MaskedMean):
     """A server message shaped like peer messages ({int: payload}), then peer messages."""
-
-    def __init__(self, *, partition=None, n_jobs=None, random_state=0, verbose=0):
-        self.partition = partition
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
 
     def _run_protocol(self, runtime, random_state):
         runtime.run(mask_shares, tag="mask", n_clients=runtime.n_clients)

@@ -301,18 +301,10 @@ def _encode(arrays, spec, shifts, n_clients, who):
     return flat.view(np.uint64)
 
 
-class _ReadingState(dict):
-    """A copy of a node's kept state that notes the keys a step reads.
+class _NotesReads:
+    """Mixin for a mapping that notes the keys a step reads (iterating reads them all)."""
 
-    Steps return what they keep (``Reply.keep``) and never write their state,
-    so a shallow copy serves; the sum's own record is not an input.
-    """
-
-    __slots__ = ("read",)
-
-    def __init__(self, state):
-        super().__init__(state)
-        self.read = set()
+    __slots__ = ()
 
     def __getitem__(self, key):
         self.read.add(key)
@@ -325,6 +317,36 @@ class _ReadingState(dict):
     def __contains__(self, key):
         self.read.add(key)
         return super().__contains__(key)
+
+    def __iter__(self):
+        self.read.update(super().keys())
+        return super().__iter__()
+
+    def keys(self):
+        self.read.update(super().keys())
+        return super().keys()
+
+    def items(self):
+        self.read.update(super().keys())
+        return super().items()
+
+    def values(self):
+        self.read.update(super().keys())
+        return super().values()
+
+
+class _ReadingState(_NotesReads, dict):
+    """A copy of a node's kept state that notes the keys a step reads.
+
+    Steps return what they keep (``Reply.keep``) and never write their state,
+    so a shallow copy serves; the sum's own record is not an input.
+    """
+
+    __slots__ = ("read",)
+
+    def __init__(self, state):
+        super().__init__(state)
+        self.read = set()
 
     def digest(self):
         """Digest of the kept values read (``b""`` when none was)."""
@@ -344,7 +366,7 @@ def _value_digest(value):
         return hashlib.sha256(pickle.dumps(value)).digest()
 
 
-class _ReadingInbox(Inbox):
+class _ReadingInbox(_NotesReads, Inbox):
     """An inbox that notes the tags a step reads (iterating over it reads them all)."""
 
     __slots__ = ("read",)
@@ -352,34 +374,6 @@ class _ReadingInbox(Inbox):
     def __init__(self, inbox):
         super().__init__(inbox, getattr(inbox, "server_tags", ()))
         self.read = set()
-
-    def __getitem__(self, tag):
-        self.read.add(tag)
-        return super().__getitem__(tag)
-
-    def get(self, tag, default=None):
-        self.read.add(tag)
-        return super().get(tag, default)
-
-    def __contains__(self, tag):
-        self.read.add(tag)
-        return super().__contains__(tag)
-
-    def __iter__(self):
-        self.read.update(super().keys())
-        return super().__iter__()
-
-    def keys(self):
-        self.read.update(super().keys())
-        return super().keys()
-
-    def items(self):
-        self.read.update(super().keys())
-        return super().items()
-
-    def values(self):
-        self.read.update(super().keys())
-        return super().values()
 
 
 def _pair_key(seed, sum_id, key_digest=b""):
