@@ -270,3 +270,17 @@ def test_fedsc_factor_noise_smaller_than_the_sensitivity_needs_is_refused():
             data, inbox, {}, party,
             dictionary_noise=("calibrated", None, scales.dictionary / 4), **public,
         )  # fmt: skip
+
+
+def test_fedsc_noise_comes_from_the_cryptographic_generator():
+    # The same public seed and another private entropy: other noise. The same
+    # entropy: the noise private_normal draws (reproducible in a simulation).
+    from skfedclust.methods._fedsc import _perturb
+
+    matrix = np.zeros((50, 4))
+    noise = ("calibrated", None, 2.0)
+    a, _ = _perturb(matrix, noise, Party(0, 7, 1), "rows")
+    b, _ = _perturb(matrix, noise, Party(0, 7, 2), "rows")
+    np.testing.assert_array_equal(a, private_normal(Party(0, 7, 1), 2.0, (50, 4)))
+    assert not np.allclose(a, b)
+    assert stats.normaltest(a.ravel()).pvalue > 1e-3

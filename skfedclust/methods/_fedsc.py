@@ -30,7 +30,6 @@ from ..federation import Reply, bound_only, summand
 from ..partition import IIDPartition
 from ..secure._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
-    add_gaussian_noise,
     clip_rows,
     coef_sensitivity,
     data_noise_scale,
@@ -39,7 +38,7 @@ from ..secure._dp import (
     relative_noise_scale,
 )
 from ..secure._moments import SumChannel
-from ..secure._node_dp import charge_node
+from ..secure._node_dp import charge_node, private_normal
 from ..secure._sum_guard import SumRefusal
 from ._base import BaseFederatedClustering
 from ._fedsc_core import (
@@ -105,15 +104,15 @@ def _client_rows(data, state):
     return state["rows"] if "rows" in state else data
 
 
-def _perturb(matrix, noise, rng, what):
+def _perturb(matrix, noise, party, what):
     """Client-side noise on a release, before it is sent: ``(noisy, sigma)``.
 
     ``noise`` is ``None`` (no noise), ``("calibrated", clip_norm, sigma)``
     (rows clipped to ``clip_norm`` unless it is None, then ``N(0, sigma**2)``)
     or ``("ratio", alpha)`` (``N(0, (alpha std(matrix))**2)``, the paper's
-    experiments). The noise comes from ``rng``, the client's private generator
-    (:attr:`Party.rng <skfedclust.federation.Party.rng>`), which the server
-    cannot replay.
+    experiments). The noise comes from the party's cryptographic generator
+    (:func:`~skfedclust.secure._node_dp.private_normal`, ChaCha20 keyed by the
+    node's entropy), which the server cannot replay.
     """
     if noise is None:
         return matrix, 0.0
@@ -130,7 +129,10 @@ def _perturb(matrix, noise, rng, what):
                 "the perturbed values (squared distances, kernels) would overflow. Use a "
                 "smaller noise_ratio."
             )
-    return add_gaussian_noise(matrix, sigma, random_state=rng), sigma
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if not sigma > 0:
+        return matrix.copy(), float(sigma)
+    return matrix + private_normal(party, sigma, matrix.shape), sigma
 
 
 def _node_budget(party):
@@ -221,7 +223,7 @@ def fedsc_prepare(
         # the perturbed rows by at most 2 clip_norm.
         clip = None if data_noise is None else data_noise[1]
         keep.update(_charge_node(state, party, [("rows", 2.0 * (clip or np.inf), data_noise)]))
-        rows, sigma = _perturb(data, data_noise, party.rng, "rows")
+        rows, sigma = _perturb(data, data_noise, party, "rows")
         keep["rows"] = rows
         if data_noise[0] == "ratio":
             # Relative noise follows the spread of the private rows: only the
@@ -402,7 +404,7 @@ def fedsc_round(
                 "sets a dp-epsilon budget",
             )
         keep.update(_charge_node(state, party, releases))
-    upload, sigma = _perturb(update.dictionary, dictionary_noise, party.rng, "dictionary")
+    upload, sigma = _perturb(update.dictionary, dictionary_noise, party, "dictionary")
     send = {"dictionary": upload}
     if send_count:
         send["count"] = len(rows)
@@ -412,7 +414,7 @@ def fedsc_round(
         send["noise_scale"] = np.float64(sigma)
     if send_coef:
         # Noise and clipping act on one sample's vector: a row of C^T.
-        coef, coef_sigma = _perturb(update.coef.T, coef_noise, party.rng, "coefficients")
+        coef, coef_sigma = _perturb(update.coef.T, coef_noise, party, "coefficients")
         send["coef"] = coef.T
         if _relative(coef_noise):
             send["coef_noise_scale"] = np.float64(coef_sigma)
@@ -441,7 +443,7 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
         keep = _charge_node(state, party, [("coefficients", sensitivity, coef_noise)])
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
     # Noise and clipping act on one sample's vector: a row of C^T.
-    noisy, sigma = _perturb(coef.T, coef_noise, party.rng, "coefficients")
+    noisy, sigma = _perturb(coef.T, coef_noise, party, "coefficients")
     send = {"coef": noisy.T}
     if _relative(coef_noise):
         send["noise_scale"] = np.float64(sigma)
