@@ -284,3 +284,11 @@ def test_fedsc_noise_comes_from_the_cryptographic_generator():
     np.testing.assert_array_equal(a, private_normal(Party(0, 7, 1), 2.0, (50, 4)))
     assert not np.allclose(a, b)
     assert stats.normaltest(a.ravel()).pvalue > 1e-3
+
+
+def test_a_nodes_budget_names_its_neighbouring_relation():
+    assert NodePolicy.from_node_config({"dp-epsilon": 1.0}).dp_neighbouring == "replace-one"
+    config = {"dp-epsilon": 1.0, "dp-neighbouring": "replace-one"}
+    assert NodePolicy.from_node_config(config).dp_neighbouring == "replace-one"
+    with pytest.raises(ValueError, match="row count is public"):
+        NodePolicy.from_node_config({"dp-epsilon": 1.0, "dp-neighbouring": "add-remove"})

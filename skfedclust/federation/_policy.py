@@ -35,7 +35,13 @@ node therefore checks each request against its own policy before it answers:
     default; ``dp-delta`` 1e-5). Every noisy release a step makes is charged
     to the node's own accountant, from the public bounds and the noise the
     release holds, before the noise is drawn: a release the budget cannot
-    pay, or one with no noise, is refused (replace-one neighbours).
+    pay, or one with no noise, is refused.
+``dp-neighbouring``
+    The neighbouring relation of that budget: ``replace-one`` (the default
+    and the only one a node can hold). Every message a node sends is
+    calibrated for it, and its row count is public (its handshake says it):
+    under ``add-remove`` a count would be a release no noise covers, so a
+    node config asking for it is refused with that reason.
 ``allow-clear-sums``
     ``false`` (the default): the node refuses to run on its own a step whose
     message is one client's statistic made to be added
@@ -178,6 +184,9 @@ class NodePolicy:
         budget; releases are still checked to carry noise).
     dp_delta : float, default=1e-5
         The delta of that budget.
+    dp_neighbouring : {"replace-one"}, default="replace-one"
+        The neighbouring relation of that budget (``"add-remove"`` is refused:
+        the node's row count is public).
     allow_clear_sums : bool, default=False
         Run summands (:func:`~skfedclust.federation.summand`) on their own,
         sending one client's statistic in the clear.
@@ -194,7 +203,16 @@ class NodePolicy:
         dp_epsilon=None,
         dp_delta=1e-5,
         allow_clear_sums=False,
+        dp_neighbouring="replace-one",
     ):
+        if dp_neighbouring != "replace-one":
+            raise ValueError(
+                f"dp-neighbouring={dp_neighbouring!r}: a node's budget is for replace-one "
+                "neighbours. Its row count is public (the handshake sends it, and the "
+                "methods' messages are calibrated with public counts), so under add-remove "
+                "the count would be a release no noise covers"
+            )
+        self.dp_neighbouring = dp_neighbouring
         self.allow_clear_sums = bool(allow_clear_sums)
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
@@ -274,6 +292,7 @@ class NodePolicy:
             ),
             dp_epsilon=_number(node_config.get("dp-epsilon"), "dp-epsilon"),
             dp_delta=_number(node_config.get("dp-delta", 1e-5), "dp-delta"),
+            dp_neighbouring=str(node_config.get("dp-neighbouring", "replace-one")).strip(),
             min_sum_participants=(
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),

@@ -41,7 +41,7 @@ MIN_SURVIVORS = "secure sum: min survivors"
 def node_accountant(state, party):
     """The node's accountant so far (a copy: the state a step sees is read-only)."""
     policy = party.policy
-    accountant = PrivacyAccountant(policy.dp_epsilon, policy.dp_delta, "replace-one")
+    accountant = PrivacyAccountant(policy.dp_epsilon, policy.dp_delta, policy.dp_neighbouring)
     previous = state.get(NODE_ACCOUNTANT)
     if previous is not None:
         accountant.releases = list(previous.releases)
