@@ -581,3 +581,55 @@ def test_a_default_node_refuses_to_send_its_farthest_row():
 
     with use_runtime(deployed), pytest.raises(PermissionError, match="row"):
         est.fit([X[:4], X[4:8], X[8:]])
+
+
+# --------------------------------------------------------------------------- #
+# A callable init
+# --------------------------------------------------------------------------- #
+def test_a_callable_init_runs_on_each_clients_rows_as_kmeans_calls_it():
+    from skfedclust.methods._kfed import kfed_server_step
+
+    X, y = make_blobs(400, centers=3, cluster_std=0.5, random_state=2)
+    clients = np.array_split(X, 4)
+    calls = []
+
+    def first_rows(rows, n_clusters, random_state):
+        calls.append((rows.copy(), n_clusters, type(random_state)))
+        return rows[:n_clusters]
+
+    est = FederatedKMeans(3, init=first_rows, max_iter=1, random_state=0).fit(clients)
+    assert len(calls) == 4
+    for (rows, k, rs), block in zip(calls, clients):
+        np.testing.assert_array_equal(rows, block)
+        assert k == 3 and rs is np.random.RandomState
+    # The local centers are aggregated as k-FED's: one Lloyd iteration from that start.
+    from skfedclust.federation import Received
+
+    received = {c: (block[:3], np.int64(0)) for c, block in enumerate(clients)}
+    start = None
+    for seed in range(4):
+        candidate = kfed_server_step(
+            Received("local centers", received), n_clusters=3, seed_client=seed,
+            n_lloyd_steps=None, weighted=False, max_iter=300,
+        )  # fmt: skip
+        km = KMeans(3, init=candidate, n_init=1, max_iter=1).fit(X)
+        if np.allclose(km.cluster_centers_, est.cluster_centers_, atol=1e-9):
+            start = seed
+    assert start is not None
+    assert adjusted_rand_score(y, FederatedKMeans(3, init=first_rows, random_state=0)
+                               .fit(clients).labels_) > 0.95  # fmt: skip
+
+
+def test_a_callable_init_is_checked_and_refused_under_dp():
+    X, _ = make_blobs(200, centers=3, random_state=0)
+    clients = np.array_split(X, 4)
+
+    def too_many(rows, n_clusters, random_state):
+        return rows[: n_clusters + 1]
+
+    with pytest.raises(ValueError, match=r"returned an array of shape \(4, 2\)"):
+        FederatedKMeans(3, init=too_many).fit(clients)
+    with pytest.raises(ValueError, match="no differential-privacy guarantee covers"):
+        FederatedKMeans(
+            3, init=too_many, privacy="dp", epsilon=1.0, bounds=(X.min(0), X.max(0))
+        ).fit(clients)

@@ -306,6 +306,24 @@ def _add_blocks(per_block):
     return total
 
 
+def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clusters):
+    """Client step of a callable ``init``: its centers of the client's own rows.
+
+    Called as scikit-learn's ``KMeans`` calls it, ``init(X, n_clusters,
+    random_state)``, on the client's rows, with ``min(n_clusters, n_rows)``
+    clusters and the client's public seed; the server aggregates the local
+    centers as k-FED does. Sent as ``(centers, 0)``, k-FED's message.
+    """
+    k = min(int(n_clusters), data.shape[0])
+    centers = np.asarray(init(data, k, np.random.RandomState(party.seed)), dtype=np.float64)
+    if centers.shape != (k, data.shape[1]) or not np.all(np.isfinite(centers)):
+        raise ValueError(
+            f"the callable init returned an array of shape {centers.shape} on client "
+            f"{party.index}; expected ({k}, {data.shape[1]}) finite centers"
+        )
+    return Reply(send=(centers, np.int64(0)))
+
+
 @summand
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
     """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
@@ -853,8 +871,8 @@ class FederatedKMeans(
     ----------
     n_clusters : int, default=8
         Number of clusters.
-    init : {"auto", "k-fed", "random", "sphere-packing"} or array-like of shape \
-            (n_clusters, n_features), default="auto"
+    init : {"auto", "k-fed", "random", "sphere-packing"}, callable or array-like of \
+            shape (n_clusters, n_features), default="auto"
         Initial centers. ``"auto"``: ``"k-fed"`` in the clear, ``"sphere-packing"``
         under ``privacy="dp"`` (the private start that measured best, see
         ``benchmarks/results/dp_fedkmeans.md``). ``"k-fed"``: the one-shot k-FED centers (every
@@ -867,7 +885,10 @@ class FederatedKMeans(
         (Su et al., 2016, as diffprivlib's ``KMeans``); the box is ``bounds``
         under ``privacy="dp"`` (no privacy cost: the start to use there),
         else two standard deviations around the pooled mean. An array: these
-        centers. Under ``privacy="dp"`` a cluster whose noisy count is lost in
+        centers. A callable: called as scikit-learn's ``KMeans`` calls it,
+        ``init(X, n_clusters, random_state)``, on each client's own rows
+        (in a simulation), the local centers aggregated as k-FED's. Under
+        ``privacy="dp"`` a cluster whose noisy count is lost in
         the noise is moved next to the largest cluster's center (a split,
         computed from released values only), with a ``ConvergenceWarning`` if
         that happens in the last iteration.
@@ -1086,7 +1107,11 @@ class FederatedKMeans(
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
-        "init": [StrOptions({"auto", "k-fed", "random", "sphere-packing"}), "array-like"],
+        "init": [
+            StrOptions({"auto", "k-fed", "random", "sphere-packing"}),
+            "array-like",
+            callable,
+        ],
         "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -1252,18 +1277,34 @@ class FederatedKMeans(
                 mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
                 for _ in range(self.n_init)
             ]
-        if isinstance(self.init, str):  # "k-fed"
-            runtime.stage("client step: k-means on each client (k-FED initialisation)")
+        if callable(self.init):
+            if not isinstance(runtime, InProcessRuntime):
+                raise ValueError(
+                    "a callable init runs on every client's rows: a simulation can hand it "
+                    "to the simulated clients, a deployed node runs only the package's "
+                    "client steps; pass a string or an array of centers"
+                )
+            runtime.stage("client step: the callable init on each client's rows")
             uploads = runtime.run(
-                kfed_local_centers,
+                fedkmeans_callable_local_centers,
                 tag="local centers",
                 clients=active,
+                init=self.init,
                 n_clusters=k,
-                solver="kmeans",
-                n_init=1,
-                max_iter=self.max_iter,
-                send_sizes=False,
             )
+        if isinstance(self.init, str) or callable(self.init):  # k-FED's aggregation
+            if isinstance(self.init, str):
+                runtime.stage("client step: k-means on each client (k-FED initialisation)")
+                uploads = runtime.run(
+                    kfed_local_centers,
+                    tag="local centers",
+                    clients=active,
+                    n_clusters=k,
+                    solver="kmeans",
+                    n_init=1,
+                    max_iter=self.max_iter,
+                    send_sizes=False,
+                )
             starts = []
             for _ in range(self.n_init):
                 runtime.stage("server step: k-FED aggregation of the local centers")
@@ -1565,6 +1606,12 @@ class FederatedKMeans(
     def _dp_protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
         self._check_min_clients(runtime)
+        if callable(self.init):
+            raise ValueError(
+                "a callable init computes each client's local centers from its rows, which "
+                "no differential-privacy guarantee covers; with privacy='dp' use "
+                "init='sphere-packing', init='random' or an array of public centers"
+            )
         if isinstance(self.init, str) and self.init == "k-fed":
             raise ValueError(
                 "init='k-fed' uploads each client's local centers, which no differential-"
