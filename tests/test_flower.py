@@ -2034,3 +2034,11 @@ def test_the_flower_pages_transport_table_is_what_the_records_carry():
         assert stated == values, name
     # Nothing else travelled: no relay, no separate diagnostics.
     assert by_kind["relay"] == by_kind["outputs"] == {"to_nodes": 0, "from_nodes": 0}
+
+
+def test_a_callable_init_is_refused_on_flower_before_any_exchange():
+    def first_rows(rows, n_clusters, random_state):
+        return rows[:n_clusters]
+
+    with pytest.raises(ValueError, match="a deployed node runs only the package's client steps"):
+        _local_fit(FederatedKMeans(4, init=first_rows, random_state=0), _clients())

@@ -1278,12 +1278,6 @@ class FederatedKMeans(
                 for _ in range(self.n_init)
             ]
         if callable(self.init):
-            if not isinstance(runtime, InProcessRuntime):
-                raise ValueError(
-                    "a callable init runs on every client's rows: a simulation can hand it "
-                    "to the simulated clients, a deployed node runs only the package's "
-                    "client steps; pass a string or an array of centers"
-                )
             runtime.stage("client step: the callable init on each client's rows")
             uploads = runtime.run(
                 fedkmeans_callable_local_centers,
@@ -1509,6 +1503,13 @@ class FederatedKMeans(
     def _protocol(self, runtime, random_state):
         everyone = list(range(runtime.n_clients))
         self._check_min_clients(runtime)
+        if callable(self.init) and not isinstance(runtime, InProcessRuntime):
+            # Before any exchange: a deployed node runs only the package's steps.
+            raise ValueError(
+                "a callable init runs on every client's rows: a simulation can hand it to "
+                "the simulated clients, a deployed node runs only the package's client "
+                "steps; pass a string or an array of centers"
+            )
         adder = self._sum_channel(runtime, random_state)
         runtime.stage("client step: secure moments of the pooled rows")
         mean, variance, rough, spread, active = self._moments(runtime, adder, everyone)
