@@ -219,3 +219,13 @@ def test_federated_kmeans_samples_from_the_clients_nonces():
     lloyd = [sorted(r) for r in runtime.received if r.tag == TAG_UPLOAD][5:-1]
     assert lloyd
     assert lloyd == [public_sample(seed, t + 1, slots, 4) for t in range(len(lloyd))]
+
+
+def test_an_announced_sample_larger_than_the_active_clients_is_refused():
+    runtime, aggregator = _setup()
+    seed, nonces = _agree(runtime, aggregator)
+    everyone = list(range(N_CLIENTS))
+    drawn = public_sample(seed, 1, everyone, 3)
+    with pytest.raises(PermissionError, match="rule 'sampling'.*not the sample"):
+        _sampled_sum(runtime, aggregator, nonces, 1, everyone, [*everyone, 6], summed=drawn)
+    assert not _sent(runtime, TAG_UPLOAD)

@@ -185,8 +185,10 @@ def check_sampled(inbox, state, party):
         raise PermissionError(
             "refused by rule 'sampling': a client counted out of the fit is active again"
         )
-    if party.index not in participants or participants != public_sample(
-        agreed["seed"], iteration, active, len(participants)
+    if (
+        party.index not in participants
+        or len(participants) > len(active)
+        or participants != public_sample(agreed["seed"], iteration, active, len(participants))
     ):
         raise PermissionError(
             f"refused by rule 'sampling': the participants of iteration {iteration} are not "
