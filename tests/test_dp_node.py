@@ -292,3 +292,26 @@ def test_a_nodes_budget_names_its_neighbouring_relation():
     assert NodePolicy.from_node_config(config).dp_neighbouring == "replace-one"
     with pytest.raises(ValueError, match="row count is public"):
         NodePolicy.from_node_config({"dp-epsilon": 1.0, "dp-neighbouring": "add-remove"})
+
+
+def test_fedsc_objective_in_the_clear_is_refused_by_a_node_with_a_budget():
+    from skfedclust.methods._fedsc import fedsc_round
+    from skfedclust.secure import factor_noise_scales
+
+    scales = factor_noise_scales(
+        1.0, 1e-5, bandwidth=2.5, n_components=7, lam=1e-2, n_rounds=2, learning_rate=0.1
+    )
+    rng = np.random.default_rng(0)
+    public = dict(
+        check_underflow=False, bandwidth=2.5, reg=1e-2, z_update="gradient",
+        learning_rate=0.1, coef_clip=None, send_count=False, send_coef=False, coef_noise=None,
+        dictionary_noise=("calibrated", None, scales.dictionary),
+    )  # fmt: skip
+    inbox = {"dictionary": rng.normal(size=(7, 4))}
+    data = rng.normal(size=(30, 4))
+    with refused("dp-noise"):
+        fedsc_round(data, inbox, {}, Party(0, 0, 1, policy=NodePolicy(dp_epsilon=1.0)),
+                    send_objective=True, **public)  # fmt: skip
+    # Without a budget of its own the node sends it (the paper's protocol).
+    reply = fedsc_round(data, inbox, {}, Party(0, 0, 1), send_objective=True, **public)
+    assert "objective" in reply.send
