@@ -328,3 +328,24 @@ def test_a_participant_with_too_few_participating_neighbours_is_refused_by_the_s
     with pytest.raises(SecureSumError, match="participating neighbours"):
         aggregator.sum(counts_only, tag="counts", clients=[a, *others])
     assert not [m for m in runtime.ledger.messages if m.tag == TAG_UPLOAD]
+
+
+def test_a_bound_so_loose_that_every_value_rounds_to_zero_warns():
+    # Values 1, 2, 3 under a public bound of 1e300: the fixed-point step is 2**937,
+    # every client encodes 0, and the sum is 0; the server says so.
+    import warnings
+
+    from skfedclust.federation import Federation, InProcessRuntime
+    from skfedclust.secure._moments import moments_raw
+
+    X = np.array([[1.0], [2.0], [3.0]])
+    federation = Federation(X, [np.array([0]), np.array([1]), np.array([2])])
+    federation.spawn_seeds(np.random.RandomState(0))
+    aggregator = SecureAggregator(InProcessRuntime(federation), seed=0)
+    with pytest.warns(RuntimeWarning, match="added up to exactly 0 in fixed point"):
+        (sums, count), _ = aggregator.sum(moments_raw, tag="loose", bounds=[1e300, None])
+    assert sums[0] == 0.0 and count[0] == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (sums, _), _ = aggregator.sum(moments_raw, tag="tight", bounds=[4.0, None])
+    assert sums[0] == 6.0

@@ -57,6 +57,7 @@ import hashlib
 import math
 import numbers
 import pickle
+import warnings
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -777,6 +778,34 @@ def decode_sum(total, spec, shifts):
     return _rebuild_parts(spec, parts)[0]
 
 
+def _warn_if_lost_below_resolution(total, spec, shifts, tag):
+    """Warn when a float part added up to exactly 0 at a resolution coarser than 1.
+
+    The fixed-point step is the public bound's: a bound far above the values
+    (``1e300`` for values of a few units) rounds every value to 0 on every
+    client, and the sum is 0 without an error. A float total that is exactly
+    0 under such a step is that case, or values below it; the nodes cannot
+    tell (a client does not know the others' values).
+    """
+    signed = total.view(np.int64)
+    position = 0
+    for leaf, shift in zip(_leaves(spec), shifts):
+        size = int(np.prod(leaf[1], dtype=np.int64))
+        part = signed[position : position + size]
+        position += size
+        if leaf[2] == "int" or not size or np.any(part):
+            continue
+        coarsest = float(np.max(np.ldexp(1.0, -np.asarray(shift, dtype=np.int64))))
+        if coarsest > 1.0:
+            warnings.warn(
+                f"secure sum {tag!r}: a float part added up to exactly 0 in fixed point with "
+                f"a step of {coarsest:.3g}; values below the step of its public bound vanish "
+                "(a tighter bound keeps them)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
 def _rebuild_parts(spec, parts, position=0):
     if spec[0] == "tuple":
         items = []
@@ -894,7 +923,10 @@ class SecureAggregator:
             any one client (one per component, ``None`` for an integer one,
             or one number for all); integer components need none. Required
             when the payload has float components. A client refuses (a
-            ``ValueError``) a value above its bound.
+            ``ValueError``) a value above its bound. The fixed-point step grows
+            with the bound: a float part that adds up to exactly 0 under a step
+            coarser than 1 (a bound far above the values) gives a
+            ``RuntimeWarning``.
         clients : list of int, default=None
             Clients taking part; all by default.
         **public
@@ -1002,6 +1034,7 @@ class SecureAggregator:
             participants=participants,
             threshold=threshold,
         )
+        _warn_if_lost_below_resolution(total, spec, shifts, tag)
         return decode_sum(total, spec, shifts), survivors
 
 
