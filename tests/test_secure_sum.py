@@ -330,9 +330,9 @@ def test_a_participant_with_too_few_participating_neighbours_is_refused_by_the_s
     assert not [m for m in runtime.ledger.messages if m.tag == TAG_UPLOAD]
 
 
-def test_a_bound_so_loose_that_every_value_rounds_to_zero_warns():
+def test_a_bound_so_loose_that_every_value_rounds_to_zero_is_refused():
     # Values 1, 2, 3 under a public bound of 1e300: the fixed-point step is 2**937,
-    # every client encodes 0, and the sum is 0; the server says so.
+    # every client encodes 0, and the sum would be 0; the server refuses it.
     import warnings
 
     from skfedclust.federation import Federation, InProcessRuntime
@@ -342,9 +342,8 @@ def test_a_bound_so_loose_that_every_value_rounds_to_zero_warns():
     federation = Federation(X, [np.array([0]), np.array([1]), np.array([2])])
     federation.spawn_seeds(np.random.RandomState(0))
     aggregator = SecureAggregator(InProcessRuntime(federation), seed=0)
-    with pytest.warns(RuntimeWarning, match="added up to exactly 0 in fixed point"):
-        (sums, count), _ = aggregator.sum(moments_raw, tag="loose", bounds=[1e300, None])
-    assert sums[0] == 0.0 and count[0] == 3
+    with pytest.raises(ValueError, match="added up to exactly 0 in fixed point"):
+        aggregator.sum(moments_raw, tag="loose", bounds=[1e300, None])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         (sums, _), _ = aggregator.sum(moments_raw, tag="tight", bounds=[4.0, None])

@@ -57,7 +57,6 @@ import hashlib
 import math
 import numbers
 import pickle
-import warnings
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -778,14 +777,15 @@ def decode_sum(total, spec, shifts):
     return _rebuild_parts(spec, parts)[0]
 
 
-def _warn_if_lost_below_resolution(total, spec, shifts, tag):
-    """Warn when a float part added up to exactly 0 at a resolution coarser than 1.
+def _refuse_if_lost_below_resolution(total, spec, shifts, tag, bounds):
+    """Refuse a float part that added up to exactly 0 at a resolution coarser than 1.
 
     The fixed-point step is the public bound's: a bound far above the values
     (``1e300`` for values of a few units) rounds every value to 0 on every
     client, and the sum is 0 without an error. A float total that is exactly
     0 under such a step is that case, or values below it; the nodes cannot
-    tell (a client does not know the others' values).
+    tell (a client does not know the others' values). The bounds the package
+    agrees (:func:`agree_bound`) sit within a factor of two of the values.
     """
     signed = total.view(np.int64)
     position = 0
@@ -797,12 +797,10 @@ def _warn_if_lost_below_resolution(total, spec, shifts, tag):
             continue
         coarsest = float(np.max(np.ldexp(1.0, -np.asarray(shift, dtype=np.int64))))
         if coarsest > 1.0:
-            warnings.warn(
+            raise ValueError(
                 f"secure sum {tag!r}: a float part added up to exactly 0 in fixed point with "
-                f"a step of {coarsest:.3g}; values below the step of its public bound vanish "
-                "(a tighter bound keeps them)",
-                RuntimeWarning,
-                stacklevel=3,
+                f"a step of {coarsest:.3g}, from the public bounds {bounds!r}: values below "
+                "the step vanish. Give bounds near the values (agree_bound agrees one)."
             )
 
 
@@ -925,8 +923,8 @@ class SecureAggregator:
             when the payload has float components. A client refuses (a
             ``ValueError``) a value above its bound. The fixed-point step grows
             with the bound: a float part that adds up to exactly 0 under a step
-            coarser than 1 (a bound far above the values) gives a
-            ``RuntimeWarning``.
+            coarser than 1 (a bound far above the values) raises a
+            ``ValueError`` rather than return 0.
         clients : list of int, default=None
             Clients taking part; all by default.
         **public
@@ -1034,7 +1032,7 @@ class SecureAggregator:
             participants=participants,
             threshold=threshold,
         )
-        _warn_if_lost_below_resolution(total, spec, shifts, tag)
+        _refuse_if_lost_below_resolution(total, spec, shifts, tag, bounds)
         return decode_sum(total, spec, shifts), survivors
 
 
