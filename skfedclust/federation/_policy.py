@@ -367,9 +367,9 @@ class NodePolicy:
             What the step sends (arrays, tuples, dicts of them).
         step : callable or str
             The step, or its ``module:function`` name.
-        reveals : object, default=None
+        reveals : object or callable, default=None
             Vectors the server derives from ``to_server`` (searched for rows,
-            not counted: they are not sent).
+            not counted: they are not sent), or a function computing them.
         """
         if data is None or data.ndim != 2 or data.shape[0] == 0:
             return
@@ -377,6 +377,9 @@ class NodePolicy:
         if declared is not None and not self.strict_rows:
             return
         n_rows, width = data.shape
+        if callable(reveals):
+            # Computed only where they are searched.
+            reveals = reveals() if self.refuse_raw_rows else None
         for payload, counted in ((to_server, True), (to_peers, False), (reveals, False)):
             for array in _arrays(payload):
                 # Floats only: the node's rows are float64; integer arrays are counts,

@@ -254,7 +254,9 @@ class Reply:
         never sent themselves: the mean of a cluster, from the sum of its
         rows' deviations from a center the server chose and their count. The
         node's policy (``refuse-raw-rows``) searches them for its rows as if
-        they were sent, when ``send`` goes to the server in the clear.
+        they were sent, when ``send`` goes to the server in the clear. A
+        function of no argument computing them is called only where the
+        policy searches them.
     """
 
     __slots__ = ("send", "keep", "to_peers", "output", "reveals")

@@ -58,7 +58,7 @@ def lloyd_statistics(data, inbox, state, party, *, centers_tag="global centers")
     return Reply(
         send=(sums, counts),
         keep={"labels": labels},
-        reveals=cluster_means(centers[0], sums, counts),
+        reveals=lambda: cluster_means(centers[0], sums, counts),
     )
 
 
@@ -147,7 +147,7 @@ def lloyd_kept_statistics(data, inbox, state, party):
     sums = np.zeros_like(centers)
     np.add.at(sums, labels, data - centers[0])
     counts = np.bincount(labels, minlength=len(centers))
-    return Reply(send=(sums, counts), reveals=cluster_means(centers[0], sums, counts))
+    return Reply(send=(sums, counts), reveals=lambda: cluster_means(centers[0], sums, counts))
 
 
 def secure_lloyd_step(runtime, random_state, centers, *, centers_tag="global centers"):

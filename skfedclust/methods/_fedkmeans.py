@@ -350,7 +350,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
         keep={_LABELS: labels, _COLUMN_RANGE: column_range, **sampled},
         # In the clear, a center the server placed to catch one row gives it
         # that row back: the node's policy searches the means for its rows.
-        reveals=cluster_means(inbox[TAG_CENTERS], sums, counts),
+        reveals=lambda: cluster_means(inbox[TAG_CENTERS], sums, counts),
     )
 
 
@@ -376,7 +376,7 @@ def fedkmeans_far_rows(data, inbox, state, party):
         far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
         sums[i] = deviations[far].sum(axis=0)
         counts[i] = np.count_nonzero(far)
-    return Reply(send=(sums, counts), reveals=cluster_means(centers, sums, counts))
+    return Reply(send=(sums, counts), reveals=lambda: cluster_means(centers, sums, counts))
 
 
 def _own_farthest(data, centers, labels, n):

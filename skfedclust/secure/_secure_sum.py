@@ -479,13 +479,9 @@ def secure_sum_upload_step(
     # centers), and the fixed-point bounds (clients told other bounds than
     # the rest cannot be read apart in the sum's bits).
     inputs = public_digest(messages) if messages else record.inputs
+    public_statistic = public_digest(inner, inner_public, inputs)
     key_digest = public_digest(
-        public_digest(inner, inner_public, inputs),
-        shifts,
-        participants,
-        graph,
-        int(threshold),
-        int(sum_id),
+        public_statistic, shifts, participants, graph, int(threshold), int(sum_id)
     )
     # one-sum-per-input keys the statistic on what the step computes from:
     # its name, constants and the messages it read, or, for a step that read
@@ -494,8 +490,10 @@ def secure_sum_upload_step(
     # make it look new). Never the fixed-point bounds: other bounds encode the
     # same values, and a second sum over other clients under other bounds
     # would give away the difference. The key stays on the node.
-    read = public_digest(messages) if messages else kept.digest()
-    statistic = public_digest(inner, inner_public, read)
+    if messages:
+        statistic = public_statistic
+    else:
+        statistic = public_digest(inner, inner_public, kept.digest())
     check_statistic(record, statistic, participants)
     seeds = _pairwise_seeds(inbox, state, graph["seed"])
     missing = [j for j in mine if j not in seeds]
