@@ -28,3 +28,25 @@ def test_a_node_refuses_a_fit_over_its_own_budget_on_flower():
     )
     assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
     assert np.all(np.isfinite(estimator.cluster_centers_))
+
+
+def test_a_node_charges_fedsc_releases_to_its_own_budget_on_flower():
+    from skfedclust import FedSpectralClustering
+
+    clients = _clients(n=4)
+    private = dict(
+        privacy="data", epsilon=1.0, delta=1e-5, clip_norm=15.0, n_rounds=2, kmeans_n_init=2,
+        random_state=0,
+    )  # fmt: skip
+    with pytest.raises(FlowerNodeError, match="dp-budget"):
+        _fit_with_policy(FedSpectralClustering(4, **private), clients, **{"dp-epsilon": 0.5})
+    with pytest.raises(FlowerNodeError, match="dp-noise"):
+        _fit_with_policy(
+            FedSpectralClustering(4, n_rounds=2, kmeans_n_init=2, random_state=0),
+            clients,
+            **{"dp-epsilon": 1.0},
+        )
+    estimator, _ = _fit_with_policy(
+        FedSpectralClustering(4, **private), clients, **{"dp-epsilon": 1.0}
+    )
+    assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
