@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -47,6 +48,14 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def emit(lines, out=None):
+    """Print a results page (a list of lines) and write it to ``out`` when given."""
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if out:
+        Path(out).write_text(text)
 
 
 def write_result(name, title, body):

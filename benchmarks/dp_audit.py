@@ -16,10 +16,9 @@ import argparse
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
-from _common import git_commit
+from _common import emit, git_commit
 
 from skfedclust import FederatedKMeans, FedSpectralClustering
 from skfedclust.secure import audit_epsilon
@@ -126,10 +125,7 @@ def main():
         "replaced row through the estimator's own randomness, and that row of the audit says "
         "nothing either way.",
     ]
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-from _common import git_commit
+from _common import emit, git_commit
 
 DEMO = [sys.executable, "-m", "skfedclust", "--dataset", "iris", "--partition", "noniid"]
 DEMO += ["--clients", "3"]
@@ -65,10 +64,7 @@ def main():
         f"Median: {median_first:.2f} s against {median_second:.2f} s, "
         f"**{median_first / median_second:.2f}×** (goal: at most 1.5×).",
     ]
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ iterations. Counts come from the runtime's ledger (``communication_``).
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from _common import emit
 from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans
@@ -89,10 +89,7 @@ def main():
         "",
         f"FederatedKMeans (10 clients, secure sums): {per_iteration} rounds per iteration",
     ]
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

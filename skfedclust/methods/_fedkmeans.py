@@ -1277,28 +1277,8 @@ class FederatedKMeans(
                 mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
                 for _ in range(self.n_init)
             ]
-        if callable(self.init):
-            runtime.stage("client step: the callable init on each client's rows")
-            uploads = runtime.run(
-                fedkmeans_callable_local_centers,
-                tag="local centers",
-                clients=active,
-                init=self.init,
-                n_clusters=k,
-            )
-        if isinstance(self.init, str) or callable(self.init):  # k-FED's aggregation
-            if isinstance(self.init, str):
-                runtime.stage("client step: k-means on each client (k-FED initialisation)")
-                uploads = runtime.run(
-                    kfed_local_centers,
-                    tag="local centers",
-                    clients=active,
-                    n_clusters=k,
-                    solver="kmeans",
-                    n_init=1,
-                    max_iter=self.max_iter,
-                    send_sizes=False,
-                )
+        if isinstance(self.init, str) or callable(self.init):
+            uploads = self._local_centers(runtime, active)
             starts = []
             for _ in range(self.n_init):
                 runtime.stage("server step: k-FED aggregation of the local centers")
@@ -1316,6 +1296,30 @@ class FederatedKMeans(
                 )
             return starts
         return [self._array_init(runtime)]
+
+    def _local_centers(self, runtime, active):
+        """Every client's local centers for k-FED's aggregation (callable init or k-means)."""
+        k = self.n_clusters
+        if callable(self.init):
+            runtime.stage("client step: the callable init on each client's rows")
+            return runtime.run(
+                fedkmeans_callable_local_centers,
+                tag="local centers",
+                clients=active,
+                init=self.init,
+                n_clusters=k,
+            )
+        runtime.stage("client step: k-means on each client (k-FED initialisation)")
+        return runtime.run(
+            kfed_local_centers,
+            tag="local centers",
+            clients=active,
+            n_clusters=k,
+            solver="kmeans",
+            n_init=1,
+            max_iter=self.max_iter,
+            send_sizes=False,
+        )
 
     def _array_init(self, runtime):
         k = self.n_clusters
