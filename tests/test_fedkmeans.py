@@ -323,8 +323,9 @@ def test_bytes_per_iteration(n_clients):
     secure = per_iteration(True)
     degree = default_degree(n_clients)
     assert secure["rounds"] == 2
-    # Shares of the self-mask seed: 32 bytes to each neighbour, and back to the server.
-    assert secure["bytes_peer"] == n_clients * degree * 32
+    # To each neighbour: a 32-byte share of the self-mask seed (back to the server
+    # in the unmasking) and a 16-byte share of each of the client's pair keys.
+    assert secure["bytes_peer"] == n_clients * degree * (32 + 16 * degree)
     spec = secure["bytes_up"] / n_clients - vector - degree * 32
     assert 0 < spec < 128  # the vector's structure (shapes, kinds)
     # The centers, and the list of who uploaded (one int64 per client).

@@ -125,7 +125,7 @@ def secure_setup(P, m, *, sums=True, distance=True, rank_length=None):
         vector, structure = vector + F8 * rank_length, structure + 16
     return {
         "up": P * (n_bounds * HISTOGRAM + vector + structure + n_sums * 32 * deg),
-        "peer": 16 * P * deg // 2 + n_sums * P * 32 * deg,
+        "peer": 16 * P * deg // 2 + n_sums * P * (32 + 16 * deg) * deg,
         "down": n_sums * P * F8 * P,
         "rounds": 2 * n_sums,
     }

@@ -20,6 +20,8 @@ from skfedclust.secure._secure_sum import (
     TAG_UPLOAD,
     _encode,
     _structure,
+    shamir_split_many,
+    unmask_sum,
 )
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
@@ -62,6 +64,29 @@ def test_shamir_rebuilds_from_any_threshold_shares_only():
     assert all(0 <= s < MERSENNE_127 for s in shares)
     with pytest.raises(ValueError, match="threshold=8"):
         shamir_split(secret, 7, 8, rng)
+
+
+class _Dealer:
+    """A party's cryptographic generator, as shamir_split_many draws from it."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def secret_bytes(self, n):
+        return self.rng.bytes(n)
+
+
+def test_shamir_split_many_shares_each_secret_with_its_own_polynomial():
+    secrets = [0, 5, MERSENNE_127 - 1, 2**126 + 3]
+    shares = shamir_split_many(secrets, 7, 4, _Dealer(0))
+    assert shares.shape == (4, 7)
+    for row, secret in zip(shares, secrets):
+        for subset in ([1, 2, 3, 4], [7, 5, 3, 1]):
+            assert shamir_combine({x: int(row[x - 1]) for x in subset}) == secret
+        assert shamir_combine({x: int(row[x - 1]) for x in (1, 2, 3)}) != secret
+    # Fresh coefficients per secret: equal secrets get unrelated shares.
+    twins = shamir_split_many([7, 7], 5, 3, _Dealer(1))
+    assert not np.array_equal(twins[0], twins[1])
 
 
 @pytest.mark.parametrize("n", [2, 5, 10, 100, 1000])
@@ -135,7 +160,8 @@ def test_the_server_never_gets_what_opens_one_clients_upload():
         c: _encode(*_structure(np.array([len(r), 1])), [0, 0], 6, "t") for c, r in enumerate(rows)
     }
     # Nobody dropped: no pairwise key is revealed, only self-mask shares.
-    assert all(np.asarray(pair_keys).shape[0] == 0 for _, pair_keys in reveals.values())
+    assert all(np.asarray(pair_keys).shape[0] == 0 for _, pair_keys, _ in reveals.values())
+    assert all(np.asarray(key_shares).shape[0] == 0 for *_, key_shares in reveals.values())
     # The server can rebuild every self mask, and opening one upload with it
     # still leaves that client's pairwise masks on its vector...
     opened = remove_self_masks(uploads, reveals)
@@ -195,6 +221,61 @@ def test_a_client_dropping_after_masking_is_left_out_of_the_sum():
     assert {m.sender for m in unmask} == {0, 1, 3, 4, 5}
 
 
+def _losing_sum(lose, n_clients=6, **kw):
+    _, rows, runtime = _runtime(n_clients=n_clients, cls=Losing)
+    Losing.lose = lose
+    try:
+        return rows, runtime, SecureAggregator(runtime, seed=0, **kw).sum(counts_only, tag="c")
+    finally:
+        Losing.lose = {}
+
+
+def test_a_survivor_missing_the_unmasking_after_a_dropout_is_rebuilt_from_shares():
+    # Client 2 drops before uploading; client 3 uploads, then misses the
+    # unmasking. Its pair key with client 2 is rebuilt from the shares its
+    # neighbours hold (SecAgg+): the sum completes, with client 3's vector in it.
+    rows, runtime, (total, survivors) = _losing_sum({TAG_UPLOAD: {2}, TAG_UNMASK: {3}})
+    assert survivors == [0, 1, 3, 4, 5]
+    np.testing.assert_array_equal(total, [120 - len(rows[2]), 5])
+    unmask = [m for m in runtime.ledger.messages if m.tag == TAG_UNMASK]
+    assert {m.sender for m in unmask} == {0, 1, 4, 5}
+
+
+def test_shares_reveal_only_pair_keys_with_dropped_clients():
+    # What the server gets when client 3 misses the unmasking: the survivors'
+    # self masks and every pair key with the dropped client 2, nothing more.
+    # Opening every upload with all of it still leaves the survivors' pairwise
+    # masks between them, which cancel only in their total.
+    _, rows, runtime = _runtime(n_clients=6, cls=type("R", (RecordingRuntime, Losing), {}))
+    Losing.lose = {TAG_UPLOAD: {2}, TAG_UNMASK: {3}}
+    try:
+        total, survivors = SecureAggregator(runtime, seed=0).sum(counts_only, tag="c")
+    finally:
+        Losing.lose = {}
+    ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
+    assert all(
+        set(np.asarray(key_shares)[:, 1].tolist()) <= {2} for *_, key_shares in reveals.values()
+    )
+    plain = {
+        c: _encode(*_structure(np.array([len(rows[c]), 1])), [0, 0], 5, "t") for c in survivors
+    }
+    opened = remove_self_masks(uploads, reveals)
+    for c in survivors:
+        assert not np.array_equal(opened[c], plain[c])
+    # The missing pair key needs threshold shares: with one fewer the server
+    # step stops with a clear error rather than add a wrong key.
+    public = dict(runtime.server_inputs[-1][2])
+    threshold = public["threshold"]
+    holders = [j for j, (*_, ks) in reveals.items() if np.asarray(ks).shape[0]]
+    assert len(holders) >= threshold
+    fewer = dict(reveals)
+    for j in holders[threshold - 1 :]:
+        b_shares, pair_keys, _ = fewer[j]
+        fewer[j] = (b_shares, pair_keys, np.zeros((0, 5), dtype=np.uint64))
+    with pytest.raises(SecureSumError, match=r"client 3 uploaded .* \(threshold\)"):
+        unmask_sum(uploads, fewer, **public)
+
+
 def test_too_many_dropouts_in_unmasking_is_a_clear_error():
     _, _, runtime = _runtime(n_clients=8, cls=Losing)
     aggregator = SecureAggregator(runtime, seed=0, threshold=5)
@@ -225,6 +306,8 @@ def test_float_payloads_need_bounds_and_parameters_are_checked():
 
 
 def test_peer_bytes_per_client_grow_with_the_degree_not_the_clients():
+    # Per sum, a client sends each of its k neighbours a self-mask share and a
+    # share of each of its k pair keys: O(k^2) words, k = O(log n).
     per_client = {}
     for n in (10, 100):
         _, _, runtime = _runtime(n_clients=n, n=4 * n, d=2)
@@ -232,7 +315,8 @@ def test_peer_bytes_per_client_grow_with_the_degree_not_the_clients():
         peer = runtime.ledger.report()["bytes_peer"]
         per_client[n] = peer / n
     degree_ratio = default_degree(100) / default_degree(10)
-    assert per_client[100] / per_client[10] <= degree_ratio * 1.01
+    assert per_client[100] / per_client[10] <= degree_ratio**2 * 1.01
+    assert per_client[100] / per_client[10] < 100 / 10
 
 
 def deviations(data, inbox, state, party, *, center):

@@ -286,10 +286,13 @@ def test_an_honest_dropout_is_unmasked_after_the_attestation_round():
     coordinator.attest(survivors)
     reveals = coordinator.unmask(survivors)
     assert set(reveals) == set(survivors)
-    # Each survivor revealed pair keys only for client 0, shares for the others.
-    for shares, keys in reveals.values():
+    # Each survivor revealed pair keys only for client 0, shares for the others,
+    # and shares of its surviving neighbours' pair keys with client 0 only.
+    for shares, keys, key_shares in reveals.values():
         assert set(np.asarray(keys)[:, 0].tolist()) <= {0}
         assert 0 not in set(np.asarray(shares)[:, 0].tolist())
+        assert set(np.asarray(key_shares)[:, 1].tolist()) <= {0}
+        assert 0 not in set(np.asarray(key_shares)[:, 0].tolist())
     assert len(uploads) == 5
 
 

@@ -354,8 +354,9 @@ def secure_inertia_communication(n_clients):
     :func:`~skfedclust.secure.default_degree`), ``m = n_clients``: set-up
     (none for one client), ``16 m q / 2`` peer bytes (one seed per edge);
     each of the two secure sums sends, per client, its masked vector and its
-    description up, a 32-byte self-mask share to each neighbour and, when
-    unmasking, the ``q`` shares it holds up (``32 q``), and the server
+    description up, a 32-byte self-mask share and a 16-byte share of each of
+    its ``q`` pair keys to each neighbour and, when unmasking, the ``q``
+    self-mask shares it holds up (``32 q``), and the server
     announces the ``m`` survivors to every client (``8 m`` down each). The
     bound's vector is ``ceil(2101 / c)`` int64 (one per range of ``c =``
     :data:`INERTIA_BOUND_COARSENESS` binary exponents of a float64; described
@@ -386,5 +387,5 @@ def secure_inertia_communication(n_clients):
         "evaluation_rounds": 4 + int(m > 1),
         "bytes_up": m * vectors + 2 * m * 32 * q,
         "bytes_down": 2 * m * 8 * m,
-        "bytes_peer": 16 * m * q // 2 + 2 * m * 32 * q,
+        "bytes_peer": 16 * m * q // 2 + 2 * m * (32 + 16 * q) * q,
     }

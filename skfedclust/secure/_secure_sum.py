@@ -18,21 +18,26 @@ the number of clients:
    adds one pairwise mask per participating neighbour (``+`` towards later
    neighbours, ``-`` towards earlier ones, keyed by the seed and the sum's
    index) and a fresh self mask, and uploads the result. It secret-shares the
-   self mask's 120-bit seed among its neighbours (Shamir, threshold ``t``) in
-   the same exchange.
-3. **Unmasking** (one round): the server announces who uploaded. Each
-   surviving client reveals, for every neighbour that uploaded, its share of
-   that neighbour's self-mask seed, and for every neighbour that dropped, the
-   per-sum key of their pairwise mask; never both for one neighbour in one
-   sum. The server rebuilds each survivor's self mask from ``t`` shares,
-   removes the dropped clients' pairwise masks, and obtains the sum over the
-   clients that uploaded.
+   self mask's 120-bit seed and each of its per-sum pair keys (126 bits) among
+   its neighbours (Shamir, threshold ``t``) in the same exchange.
+3. **Unmasking** (one round; with dropouts, after a round in which the
+   survivors attest the announcement to each other): the server announces
+   who uploaded. Each surviving client reveals, for every neighbour that
+   uploaded, its share of that neighbour's self-mask seed and its shares of
+   that neighbour's pair keys with the clients announced as dropped, and for
+   every neighbour that dropped, the per-sum key of their pairwise mask. The
+   server rebuilds each survivor's self mask from ``t`` shares, removes the
+   dropped clients' pairwise masks (from the keys, or, for a survivor that
+   missed the unmasking, from ``t`` shares of them, as SecAgg+ does), and
+   obtains the sum over the clients that uploaded.
 
 A client that drops after masking (its upload lost, or sent but declared
 lost) is left out of the sum; its masks are removed with what its neighbours
-reveal. A server that claims a client dropped while holding its upload
-learns nothing: it then gets the pairwise keys but not the self mask, whose
-shares are revealed only for clients announced as survivors. What the server
+reveal. A client that uploads and then misses the unmasking stays in the sum
+as long as ``t`` of its neighbours reveal. A server that claims a client
+dropped while holding its upload learns nothing: it then gets the pairwise
+keys but not the self mask, whose shares are revealed only for clients
+announced as survivors. What the server
 learns is the sum, the set of clients that uploaded, and the encoding's
 public parameters (the shapes of the vectors and their fixed-point scales).
 
@@ -376,13 +381,26 @@ class _ReadingInbox(_NotesReads, Inbox):
         self.read = set()
 
 
-def _pair_key(seed, sum_id, key_digest=b""):
+#: Bits of a per-sum pair key (below the prime, so that it can be Shamir-shared).
+_PAIR_KEY_BITS = 126
+
+
+def _pair_key_int(seed, sum_id, key_digest=b""):
     # The sum's public inputs are part of the key: two neighbours told
     # different inputs (different centers, participants or graph) mask with
     # different keys, so their masks do not cancel and the server gets noise.
-    return hashlib.sha256(
+    digest = hashlib.sha256(
         bytes(seed) + b"|pair|" + str(int(sum_id)).encode() + b"|" + bytes(key_digest)
     ).digest()
+    return int.from_bytes(digest[:16], "little") >> (128 - _PAIR_KEY_BITS)
+
+
+def _key_bytes(key_int):
+    return int(key_int).to_bytes(16, "little")
+
+
+def _pair_key(seed, sum_id, key_digest=b""):
+    return _key_bytes(_pair_key_int(seed, sum_id, key_digest))
 
 
 def _pair_mask(seed, sum_id, n, key_digest=b""):
@@ -519,10 +537,15 @@ def secure_sum_upload_step(
             masked -= mask
     self_seed = int.from_bytes(party.secret_bytes(16), "little") >> (128 - _SEED_BITS)
     masked += _self_mask(self_seed, n)
-    shares = shamir_split(self_seed, len(mine), int(threshold), _SecretCoefficients(party))
+    # Every neighbour gets a share of the self-mask seed and of each per-sum
+    # pair key (SecAgg+, Bell et al. 2020): if this node uploads and then
+    # misses the unmasking, ``threshold`` of its neighbours still rebuild its
+    # pair keys with the clients announced as dropped, and the sum completes.
+    secrets = [self_seed] + [_pair_key_int(seeds[j], sum_id, key_digest) for j in mine]
+    shares = shamir_split_many(secrets, len(mine), int(threshold), party)
     to_peers = {
-        j: np.array([sum_id, k + 1, share >> 64, share & (2**64 - 1)], dtype=np.uint64)
-        for k, (j, share) in enumerate(zip(mine, shares))
+        j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
+        for k, j in enumerate(mine)
     }
     keep[RECORD] = record.replace(
         last_id=int(sum_id),
@@ -536,6 +559,8 @@ def secure_sum_upload_step(
             statistic=statistic,
             # A noisy step's share of the noise: the sum must hold that many.
             min_survivors=int(reply.keep.get(MIN_SURVIVORS, 0)),
+            graph_degree=int(graph["degree"]),
+            graph_size=int(graph["n_clients"]),
         ),
         statistics=joined(record, statistic, participants),
         inputs=inputs,
@@ -556,24 +581,61 @@ def _per_client_tags(step, public):
     return frozenset(tags)
 
 
-class _SecretCoefficients:
-    """The party's cryptographic generator, as :func:`shamir_split` draws from it."""
+def shamir_split_many(secrets, n_shares, threshold, party):
+    """Shamir shares of several secrets at the points ``1 .. n_shares``, one draw of randomness.
 
-    def __init__(self, party):
-        self.party = party
+    Returns an object array of shape ``(len(secrets), n_shares)``: row ``s``
+    holds the shares of ``secrets[s]``. The polynomials' coefficients come
+    from the party's cryptographic generator, in one call.
+    """
+    if not 1 <= threshold <= n_shares:
+        raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
+    n_secrets = len(secrets)
+    raw = party.secret_bytes(16 * n_secrets * (threshold - 1)) if threshold > 1 else b""
+    coefficients = np.empty((n_secrets, threshold), dtype=object)
+    coefficients[:, 0] = [int(v) for v in secrets]
+    # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
+    coefficients[:, 1:] = np.array(
+        [int.from_bytes(raw[i : i + 16], "little") % MERSENNE_127 for i in range(0, len(raw), 16)],
+        dtype=object,
+    ).reshape(n_secrets, threshold - 1)
+    # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
+    # matrix, in exact integers (below 2**254 * threshold before the reduction).
+    vandermonde = np.array(
+        [[pow(x, e, MERSENNE_127) for x in range(1, n_shares + 1)] for e in range(threshold)],
+        dtype=object,
+    )
+    return (coefficients @ vandermonde) % MERSENNE_127
 
-    def bytes(self, n):
-        return self.party.secret_bytes(n)
+
+def _split_words(values):
+    """Field elements as (high, low) 64-bit words, in order."""
+    return [w for v in values for w in (int(v) >> 64, int(v) & (2**64 - 1))]
+
+
+def _join_words(words):
+    words = [int(w) for w in words]
+    return [(hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2])]
 
 
 def _received_shares(current, inbox):
-    """The self-mask shares of this sum that neighbours sent this node: {neighbour: row}."""
+    """The shares of this sum that neighbours sent this node: {neighbour: row}.
+
+    A row is ``(x, self-mask share, share of the pair key with each of the
+    neighbour's participating neighbours in order)``.
+    """
     shares = dict(current.shares)
     for j, share in inbox.get(TAG_UPLOAD, {}).items():
-        share = np.asarray(share, dtype=np.uint64)
-        if int(share[0]) != current.sum_id:
+        share = np.asarray(share, dtype=np.uint64).ravel()
+        if share.size < 4 or int(share[0]) != current.sum_id:
             raise SecureSumError(f"client {j}'s share belongs to another sum")
-        shares[int(j)] = tuple(int(v) for v in share[1:4])
+        expected = 4 + 2 * len(current.neighbours_of(int(j)))
+        if share.size != expected:
+            raise SecureSumError(
+                f"client {j}'s share holds {share.size} words, not the {expected} of a "
+                "self-mask share and its pair keys' shares"
+            )
+        shares[int(j)] = (int(share[1]), *_join_words(share[2:]))
     return shares
 
 
@@ -622,8 +684,11 @@ def secure_sum_unmask_step(data, inbox, state, party):
 
     Who uploaded and who dropped is the server's announcement. The node
     unmasks only the sum it uploaded to, once; for a single announcement;
-    never both kinds of mask material for one neighbour; pair keys only
-    against ``threshold`` matching attestations of its surviving neighbours.
+    for a neighbour announced as dropped, its pair key and no self-mask
+    share; for a surviving neighbour, its self-mask share and the shares of
+    its pair keys with dropped clients only (what that neighbour reveals
+    itself); pair keys and their shares only against ``threshold`` matching
+    attestations of its surviving neighbours.
     """
     me = party.index
     record = record_of(state)
@@ -650,11 +715,17 @@ def secure_sum_unmask_step(data, inbox, state, party):
     if dropped:
         _check_attestations(current, inbox, survivors)
     seeds = dict(state.get(_seeds_key(current.graph_seed), {}))
-    b_shares, pair_keys = [], []
+    b_shares, pair_keys, key_shares = [], [], []
     survivors, dropped = set(survivors), set(dropped)
     for j in current.neighbours:
         if j in survivors and j in shares:
-            b_shares.append([j, *shares[j]])
+            x, b_share, *pair_shares = shares[j]
+            b_shares.append([j, x, *_split_words([b_share])])
+            # The surviving neighbour's pair keys with the dropped clients only,
+            # as it reveals them itself: the sum completes without it.
+            for d, share in zip(current.neighbours_of(j), pair_shares):
+                if d in dropped:
+                    key_shares.append([j, d, x, *_split_words([share])])
         elif j in dropped:
             if j in shares:
                 raise SumRefusal(
@@ -662,12 +733,13 @@ def secure_sum_unmask_step(data, inbox, state, party):
                     f"client {j} is announced as dropped but its share of this sum reached "
                     "this client: refusing to reveal its pairwise key",
                 )
-            key = np.frombuffer(_pair_key(seeds[j], current.sum_id, current.key_digest), np.uint64)
-            pair_keys.append([j, *key.tolist()])
+            key = _pair_key_int(seeds[j], current.sum_id, current.key_digest)
+            pair_keys.append([j, *_split_words([key])])
     return Reply(
         send=(
             np.array(b_shares, dtype=np.uint64).reshape(-1, 4),
-            np.array(pair_keys, dtype=np.uint64).reshape(-1, 5),
+            np.array(pair_keys, dtype=np.uint64).reshape(-1, 3),
+            np.array(key_shares, dtype=np.uint64).reshape(-1, 5),
         ),
         keep={
             RECORD: record.replace(
@@ -722,13 +794,19 @@ def unmask_sum(uploads, reveals, *, sum_id, neighbours, participants, threshold)
         total += np.asarray(uploads[c][0], dtype=np.uint64)
     n = total.size
     shares = {c: {} for c in survivors}
-    keys = {}
-    for j, (b_shares, pair_keys) in reveals.items():
+    keys, key_shares = {}, {}
+    for j, (b_shares, pair_keys, pair_key_shares) in reveals.items():
         for owner, x, hi, lo in np.asarray(b_shares, dtype=np.uint64).tolist():
             if owner in shares:
                 shares[owner][int(x)] = (int(hi) << 64) | int(lo)
-        for row in np.asarray(pair_keys, dtype=np.uint64).tolist():
-            keys[(int(row[0]), j)] = np.array(row[1:], dtype=np.uint64).tobytes()
+        for dropped_client, hi, lo in np.asarray(pair_keys, dtype=np.uint64).tolist():
+            keys[(int(dropped_client), j)] = _key_bytes((int(hi) << 64) | int(lo))
+        for owner, dropped_client, x, hi, lo in np.asarray(
+            pair_key_shares, dtype=np.uint64
+        ).tolist():
+            key_shares.setdefault((int(dropped_client), int(owner)), {})[int(x)] = (
+                int(hi) << 64
+            ) | int(lo)
     participants = set(participants)
     for c in survivors:
         needed = threshold
@@ -746,10 +824,15 @@ def unmask_sum(uploads, reveals, *, sum_id, neighbours, participants, threshold)
                 continue
             key = keys.get((i, j))
             if key is None:
-                raise SecureSumError(
-                    f"client {j} uploaded but did not reveal its pairwise key with the dropped "
-                    f"client {i}: the sum cannot be unmasked"
-                )
+                # j missed the unmasking: its neighbours' shares of the key.
+                points = key_shares.get((i, j), {})
+                if len(points) < threshold:
+                    raise SecureSumError(
+                        f"client {j} uploaded but neither revealed its pairwise key with the "
+                        f"dropped client {i} nor left {threshold} neighbours (threshold) to "
+                        f"reveal its shares ({len(points)} did): the sum cannot be unmasked"
+                    )
+                key = _key_bytes(shamir_combine(dict(sorted(points.items())[:threshold])))
             mask = keystream(key, b"pairwise mask", n)
             # j added +mask towards a later neighbour i, -mask towards an earlier one.
             if i > j:

@@ -43,6 +43,7 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import numbers
 
@@ -85,6 +86,22 @@ class OpenSum:
     dropped: tuple = ()
     statistic: bytes = b""
     min_survivors: int = 0
+    #: The graph's degree and roster size, with ``graph_seed`` its public parameters:
+    #: a node derives a neighbour's neighbours from them (whose pair keys it holds
+    #: shares of).
+    graph_degree: int = 0
+    graph_size: int = 0
+
+    def neighbours_of(self, client):
+        """``client``'s neighbours among the participants, in the order of its shares."""
+        active = set(self.participants)
+        return tuple(
+            j
+            for j in harary_neighbours_of(
+                client, self.graph_size, self.graph_degree, self.graph_seed
+            )
+            if j in active
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,12 +180,26 @@ def harary_neighbours_of(client, n_clients, degree, seed):
     A node computes its own neighbours from the graph's public parameters; it
     needs no list of the whole graph from the server.
     """
+    return list(_neighbours_of(int(client), int(n_clients), int(degree), int(seed)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _neighbours_of(client, n_clients, degree, seed):
+    # Cached: a node derives its neighbours' neighbours at every sum (whose
+    # pair keys' shares it holds), and a RandomState costs tens of microseconds.
     if degree >= n_clients - 1:
-        return [j for j in range(n_clients) if j != client]
-    order = np.random.RandomState(seed).permutation(n_clients)
-    p = int(np.flatnonzero(order == client)[0])
+        return tuple(j for j in range(n_clients) if j != client)
+    order, position = _cyclic_order(n_clients, seed)
+    p = position[client]
     half = degree // 2
-    return sorted({int(order[(p + s) % n_clients]) for s in range(-half, half + 1) if s})
+    return tuple(sorted({order[(p + s) % n_clients] for s in range(-half, half + 1) if s}))
+
+
+@functools.lru_cache(maxsize=64)
+def _cyclic_order(n_clients, seed):
+    order = [int(v) for v in np.random.RandomState(seed).permutation(n_clients)]
+    position = {c: i for i, c in enumerate(order)}
+    return order, position
 
 
 def threshold_floor(n_neighbours, min_participants):

@@ -70,7 +70,7 @@ def remove_self_masks(uploads, reveals):
     for c in uploads:
         shares = {
             int(x): (int(hi) << 64) | int(lo)
-            for b_shares, _ in reveals.values()
+            for b_shares, *_ in reveals.values()
             for owner, x, hi, lo in np.asarray(b_shares).tolist()
             if owner == c
         }
