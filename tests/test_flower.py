@@ -1820,6 +1820,9 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "refuse_raw_rows": "strict",
                 "min_sum_participants": 3,
                 "allow_clear_sums": False,
+                "dp_epsilon": None,
+                "privacy_ledger": False,
+                "max_fits": None,
                 "trusted_identities": True,
                 "allow_unauthenticated": False,
             }

@@ -50,3 +50,31 @@ def test_a_node_charges_fedsc_releases_to_its_own_budget_on_flower():
         FedSpectralClustering(4, **private), clients, **{"dp-epsilon": 1.0}
     )
     assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_nodes_ledger_holds_its_budget_across_fits_on_flower(tmp_path):
+    clients = _clients(n=4)
+    box = (-15.0, 15.0)
+    policy = {"dp-epsilon": 1.0, "privacy-ledger": str(tmp_path), "max-fits": 3}
+
+    def fit(epsilon):
+        estimator = FederatedKMeans(4, privacy="dp", epsilon=epsilon, bounds=box, random_state=0)
+        return _fit_with_policy(estimator, clients, **policy)[0]
+
+    fit(0.5)
+    # 0.5 and 0.9 spend 1.06 together (mu-GDP): over the node's budget.
+    with pytest.raises(FlowerNodeError, match="dp-budget"):
+        fit(0.9)
+    # The third fit is the last the nodes allow; the fourth is refused at the handshake.
+    fit(0.1)
+    with pytest.raises(FlowerNodeError, match="max-fits"):
+        fit(0.1)
+
+
+def test_the_coordinator_logs_each_nodes_budget_and_ledger():
+    from skfedclust.flower._runtime import _describe_policy
+
+    line = _describe_policy({"dp_epsilon": 1.0, "privacy_ledger": True, "max_fits": 3})
+    assert "DP budget epsilon 1 across fits (ledger), at most 3 fits" in line
+    assert "DP budget epsilon 0.5 per fit" in _describe_policy({"dp_epsilon": 0.5})
+    assert "no DP budget" in _describe_policy({})

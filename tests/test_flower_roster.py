@@ -185,6 +185,9 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "refuse_raw_rows": True,
         "min_sum_participants": 5,
         "allow_clear_sums": False,
+        "dp_epsilon": None,
+        "privacy_ledger": False,
+        "max_fits": None,
         "trusted_identities": True,
         "allow_unauthenticated": False,
     }

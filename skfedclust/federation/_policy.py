@@ -53,6 +53,15 @@ node therefore checks each request against its own policy before it answers:
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
     the node refuses to upload to a smaller sum, whatever the server asks.
+``privacy-ledger``
+    A directory where the node keeps, for each data set it holds, every
+    differentially private release it charged and every fit it took part in
+    (``skfedclust.federation._node_ledger``): ``dp-epsilon`` and
+    ``dp-delta`` then bound all fits on those rows together, not each fit.
+    None by default (the budget is per fit).
+``max-fits``
+    With a ledger: the most fits the node's rows take part in (no limit by
+    default); a fit beyond it is refused at the handshake (rule ``max-fits``).
 
 Every party has a policy: a Flower node reads it from its node config (the
 defaults above when a field is absent); a simulated party gets
@@ -137,6 +146,15 @@ def _number(value, field):
         raise ValueError(f"node config {field}={value!r}: expected a number") from exc
 
 
+def _count(value, field):
+    if value in (None, ""):
+        return None
+    number = _number(value, field)
+    if number != int(number):
+        raise ValueError(f"node config {field}={value!r}: expected an integer")
+    return int(number)
+
+
 def _method_module(name):
     import skfedclust
 
@@ -190,6 +208,11 @@ class NodePolicy:
     allow_clear_sums : bool, default=False
         Run summands (:func:`~skfedclust.federation.summand`) on their own,
         sending one client's statistic in the clear.
+    privacy_ledger : str, path-like or None, default=None
+        The node's ledger directory: its budget and its count of fits then
+        hold across fits on the same rows (``None``: per fit).
+    max_fits : int or None, default=None
+        With ``privacy_ledger``: the most fits on the node's rows.
     """
 
     def __init__(
@@ -204,6 +227,8 @@ class NodePolicy:
         dp_delta=1e-5,
         allow_clear_sums=False,
         dp_neighbouring="replace-one",
+        privacy_ledger=None,
+        max_fits=None,
     ):
         if dp_neighbouring != "replace-one":
             raise ValueError(
@@ -214,6 +239,16 @@ class NodePolicy:
             )
         self.dp_neighbouring = dp_neighbouring
         self.allow_clear_sums = bool(allow_clear_sums)
+        if max_fits is not None and (
+            isinstance(max_fits, bool) or int(max_fits) != max_fits or int(max_fits) < 1
+        ):
+            raise ValueError(f"max-fits must be an int >= 1, got {max_fits!r}")
+        if max_fits is not None and privacy_ledger in (None, ""):
+            raise ValueError(
+                "max-fits needs a privacy-ledger: the node counts its fits there, across fits"
+            )
+        self.privacy_ledger = None if privacy_ledger in (None, "") else str(privacy_ledger)
+        self.max_fits = None if max_fits is None else int(max_fits)
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
             None
@@ -297,7 +332,17 @@ class NodePolicy:
                 DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
             ),
             allow_clear_sums=_flag(node_config.get("allow-clear-sums", False), "allow-clear-sums"),
+            privacy_ledger=node_config.get("privacy-ledger"),
+            max_fits=_count(node_config.get("max-fits"), "max-fits"),
         )
+
+    def ledger(self, data, fit):
+        """The node's ledger of ``data`` for the fit ``fit`` (``None`` without one)."""
+        if self.privacy_ledger is None or data is None:
+            return None
+        from ._node_ledger import NodeLedger, data_fingerprint
+
+        return NodeLedger(self.privacy_ledger, data_fingerprint(data), fit, max_fits=self.max_fits)
 
     def check_method(self, method):
         """Refuse a fit of ``method`` (an estimator class name) that the policy does not allow."""
@@ -422,7 +467,8 @@ class NodePolicy:
             f"raw_row_tolerance={self.raw_row_tolerance!r}, "
             f"dc_full_rank_maps={self.dc_full_rank_maps!r}, "
             f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r}, "
-            f"allow_clear_sums={self.allow_clear_sums!r})"
+            f"allow_clear_sums={self.allow_clear_sums!r}, "
+            f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r})"
         )
 
 

@@ -165,6 +165,10 @@ class Party:
         ``None`` gives a simulated party's (``NodePolicy.simulation()``).
         Checks made inside client steps (a secure sum's minimum of
         participants) read it.
+    ledger : NodeLedger, default=None
+        The node's privacy ledger of its rows, for this fit (its policy's
+        ``privacy_ledger``): its accountant starts from every release charged
+        on those rows in earlier fits.
 
     Attributes
     ----------
@@ -175,11 +179,24 @@ class Party:
         The party's policy.
     """
 
-    __slots__ = ("index", "seed", "n_threads", "policy", "_entropy", "_stream", "_rng", "_secret")
+    __slots__ = (
+        "index",
+        "seed",
+        "n_threads",
+        "policy",
+        "ledger",
+        "_entropy",
+        "_stream",
+        "_rng",
+        "_secret",
+    )
 
-    def __init__(self, index, seed=None, entropy=None, stream=(), n_threads=1, policy=None):
+    def __init__(
+        self, index, seed=None, entropy=None, stream=(), n_threads=1, policy=None, ledger=None
+    ):
         from ._policy import NodePolicy
 
+        self.ledger = ledger
         self.index = int(index)
         self.n_threads = max(1, int(n_threads))
         self.seed = None if seed is None else int(seed)
@@ -223,7 +240,15 @@ class Party:
         # (only before a step's first draw does a party cross a process boundary).
         return (
             Party,
-            (self.index, self.seed, self._entropy, self._stream, self.n_threads, self.policy),
+            (
+                self.index,
+                self.seed,
+                self._entropy,
+                self._stream,
+                self.n_threads,
+                self.policy,
+                self.ledger,
+            ),
         )
 
     def __repr__(self):
@@ -785,6 +810,10 @@ class InProcessRuntime(Runtime):
         self._inboxes = [{} for _ in range(self.n_parties)]
         self._server_tags = [set() for _ in range(self.n_parties)]
         self._data_blocks = {}
+        # A fit on nodes with a privacy ledger is counted once per node; a run
+        # continuing an earlier one (predict) is not a fit of its own.
+        self._fit_token = None if session is not None else os.urandom(16).hex()
+        self._ledgers = {}
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, senders or None).
         #: It keeps no payload alive.
@@ -824,7 +853,19 @@ class InProcessRuntime(Runtime):
             stream=(self._exchange,),
             n_threads=n_threads,
             policy=self.policy,
+            ledger=self._ledger(c),
         )
+
+    def _ledger(self, c):
+        """Party ``c``'s privacy ledger for this fit, the fit counted at its first step."""
+        if self._fit_token is None or self.policy.privacy_ledger is None:
+            return None
+        if c not in self._ledgers:
+            ledger = self.policy.ledger(self._data(c), self._fit_token)
+            if ledger is not None:
+                ledger.enter_fit()
+            self._ledgers[c] = ledger
+        return self._ledgers[c]
 
     def run(
         self,

@@ -149,6 +149,9 @@ def policy_summary(policy, node_config):
         "refuse_raw_rows": "strict" if policy.strict_rows else bool(policy.refuse_raw_rows),
         "min_sum_participants": int(policy.min_sum_participants),
         "allow_clear_sums": bool(policy.allow_clear_sums),
+        "dp_epsilon": policy.dp_epsilon,
+        "privacy_ledger": policy.privacy_ledger is not None,
+        "max_fits": policy.max_fits,
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
     }
@@ -399,6 +402,15 @@ def _drop_records(context, keep=None):
                 del context.state[key]
 
 
+def _node_ledger(policy, record, session):
+    """The node's privacy ledger for this fit, from the fingerprint its handshake took."""
+    if policy.privacy_ledger is None or "ledger" not in record:
+        return None
+    from ..federation._node_ledger import NodeLedger
+
+    return NodeLedger(policy.privacy_ledger, record["ledger"], session, max_fits=policy.max_fits)
+
+
 def _load_state(context, session, which=STATE):
     record = _node_record(context, session)
     arrays = context.state.array_records[_key(which, session)]
@@ -545,6 +557,11 @@ class _Service:
                 "last": "{}",
             }
         )
+        ledger = policy.ledger(data, session)
+        if ledger is not None:
+            # Refused here (max-fits), before the node sends anything of this fit.
+            ledger.enter_fit()
+            context.state[_key(NODE, session)]["ledger"] = ledger.fingerprint
         _save_state(context, session, {})
         _save_state(context, session, {}, OUTPUTS)
         name = self.client_name(context.node_config)
@@ -679,6 +696,7 @@ class _Service:
             stream=(int(control["exchange"]),),
             n_threads=node_threads(context.node_config),
             policy=policy,
+            ledger=_node_ledger(policy, record, session),
         )
         state = _load_state(context, session)
         with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):

@@ -1155,7 +1155,9 @@ def fit_on_flower(
         (what every party's node said of its policy and authentication in
         its handshake: ``allowed_methods`` (``None``: any),
         ``min_rows_per_vector``, ``refuse_raw_rows``, ``min_sum_participants``,
-        ``allow_clear_sums``, ``trusted_identities`` (it has a trust file) and
+        ``allow_clear_sums``, ``dp_epsilon`` (its own budget, ``None``: none),
+        ``privacy_ledger`` (the budget holds across fits), ``max_fits``,
+        ``trusted_identities`` (it has a trust file) and
         ``allow_unauthenticated``; what a node says, for the operator to read:
         each node enforces its own) and ``client_outputs_`` (rows of each
         output every node wrote). The fingerprint and the policy of every
@@ -1318,8 +1320,21 @@ def _describe_policy(policy):
         f"min rows per vector {policy.get('min_rows_per_vector') or 'none'}, "
         f"refuse raw rows {str(policy.get('refuse_raw_rows')).lower()}, "
         f"min sum participants {policy.get('min_sum_participants')}, "
-        f"clear sums {'allowed' if policy.get('allow_clear_sums') else 'refused'}, {auth}"
+        f"clear sums {'allowed' if policy.get('allow_clear_sums') else 'refused'}, "
+        f"{_describe_budget(policy)}, {auth}"
     )
+
+
+def _describe_budget(policy):
+    epsilon = policy.get("dp_epsilon")
+    if epsilon is None:
+        budget = "no DP budget"
+    else:
+        span = "across fits (ledger)" if policy.get("privacy_ledger") else "per fit"
+        budget = f"DP budget epsilon {epsilon:g} {span}"
+    if policy.get("max_fits") is not None:
+        budget += f", at most {policy['max_fits']} fits"
+    return budget
 
 
 def predict_on_flower(

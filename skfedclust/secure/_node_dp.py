@@ -7,8 +7,9 @@ completes. So a node that makes a noisy release:
 
 1. computes the release's sensitivity from the public box itself;
 2. charges the release to its own accountant (its node policy's ``dp-epsilon``
-   and ``dp-delta``, per fit) before drawing any noise, and refuses it when
-   the budget cannot pay or when the release carries no noise;
+   and ``dp-delta``, per fit, or across fits on the same rows with a
+   ``privacy-ledger``) before drawing any noise, and refuses it when the
+   budget cannot pay or when the release carries no noise;
 3. adds its share of the noise, ``sigma / sqrt(t)`` for a release that ``t``
    clients' shares complete, drawn from its cryptographic generator
    (``Party.secret_bytes``);
@@ -27,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from ._accounting import BudgetError, PrivacyAccountant
+from ._accounting import BudgetError, PrivacyAccountant, Release
 from ._sum_guard import SumRefusal
 
 __all__ = ["MIN_SURVIVORS", "NODE_ACCOUNTANT", "charge_node", "private_normal"]
@@ -39,9 +40,17 @@ MIN_SURVIVORS = "secure sum: min survivors"
 
 
 def node_accountant(state, party):
-    """The node's accountant so far (a copy: the state a step sees is read-only)."""
+    """The node's accountant so far (a copy: the state a step sees is read-only).
+
+    With a privacy ledger, every release charged on the node's rows, in this
+    fit and the earlier ones; else this fit's.
+    """
     policy = party.policy
     accountant = PrivacyAccountant(policy.dp_epsilon, policy.dp_delta, policy.dp_neighbouring)
+    ledger = getattr(party, "ledger", None)
+    if ledger is not None:
+        accountant.releases = [Release(*r) for r in ledger.releases()]
+        return accountant
     previous = state.get(NODE_ACCOUNTANT)
     if previous is not None:
         accountant.releases = list(previous.releases)
@@ -76,13 +85,20 @@ def charge_node(state, party, releases, noise_share):
     ):
         raise SumRefusal("noise-share", f"noise_share={noise_share!r} is not an int >= 1")
     accountant = node_accountant(state, party)
+    before = len(accountant.releases)
+    ledger = getattr(party, "ledger", None)
+    span = f"across the fits kept in {ledger.path}" if ledger is not None else "for this fit"
     for what, sensitivity, sigma in releases:
         try:
             accountant.charge(what, sensitivity=sensitivity, sigma=sigma)
         except BudgetError as exc:
-            raise SumRefusal("dp-budget", f"this node's own budget: {exc}") from exc
+            raise SumRefusal("dp-budget", f"this node's own budget {span}: {exc}") from exc
         except ValueError as exc:
             raise SumRefusal("dp-noise", f"the release {what!r} is not private: {exc}") from exc
+    if ledger is not None:
+        # Written before the noise is drawn and anything leaves the node.
+        new = accountant.releases[before:]
+        ledger.record_releases([(r.what, r.sensitivity, r.sigma, r.count) for r in new])
     return {NODE_ACCOUNTANT: accountant, MIN_SURVIVORS: int(noise_share)}
 
 
