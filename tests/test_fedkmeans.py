@@ -77,7 +77,7 @@ def test_stopping_by_tol_uses_the_mean_feature_variance():
 
 def test_secure_and_clear_sums_give_the_same_fit_from_every_init():
     X = _data()
-    for init in ("k-fed", "random"):
+    for init in ("k-fed-weighted", "k-fed", "random"):
         a = FederatedKMeans(5, init=init, n_init=2, partition=3, random_state=1).fit(X)
         b = FederatedKMeans(
             5, init=init, n_init=2, partition=3, random_state=1, secure_aggregation=False
@@ -86,7 +86,7 @@ def test_secure_and_clear_sums_give_the_same_fit_from_every_init():
         np.testing.assert_array_equal(a.labels_, b.labels_)
 
 
-@pytest.mark.parametrize("init", ["k-fed", "random"])
+@pytest.mark.parametrize("init", ["k-fed-weighted", "k-fed", "random"])
 def test_restarts_keep_the_lowest_inertia(init):
     X = _data(k=8, std=3.0)
     # The first start is drawn the same way whatever n_init is.
@@ -95,6 +95,41 @@ def test_restarts_keep_the_lowest_inertia(init):
     assert five.inertia_ <= one.inertia_
     np.testing.assert_allclose(five.inertia_, -five.score(X), rtol=1e-9)
     np.testing.assert_array_equal(five.labels_, five.predict(X))
+
+
+def test_k_fed_restarts_start_from_distinct_seed_clients():
+    from skfedclust.utils.protocol_checks import recording_runtime
+
+    X = _data(k=4)
+    with recording_runtime() as runtimes:
+        FederatedKMeans(4, init="k-fed", n_init=5, partition=3, random_state=0).fit(X)
+    (runtime,) = runtimes
+    seeds = [p["seed_client"] for name, _, p in runtime.server_inputs if name == "kfed_server_step"]
+    # Three clients: three distinct starts, not five with repeats.
+    assert sorted(seeds) == [0, 1, 2]
+
+
+def test_the_default_start_weighs_local_centers_by_their_sizes():
+    # Label-skewed blobs, where k-FED's unweighted server step (a seed client's
+    # centers, outliers counting as much as large clusters) starts poorly: the
+    # default's cost stays within 5% of centralized k-means with 10 restarts.
+    from skfedclust.partition import DirichletPartition
+    from skfedclust.utils.protocol_checks import recording_runtime
+
+    X, y = make_blobs(1500, n_features=10, centers=5, cluster_std=2.0, random_state=0)
+    X = (X - X.mean(0)) / X.std(0)
+    best = KMeans(5, n_init=10, random_state=0).fit(X).inertia_
+    for seed in (1, 2, 3):  # where init="k-fed" ends 34% to 106% above
+        spec = DirichletPartition(3, alpha=0.5, random_state=seed)
+        with recording_runtime() as runtimes:
+            est = FederatedKMeans(5, partition=spec, random_state=seed).fit(X, y)
+        assert est.inertia_ <= 1.05 * best
+        (runtime,) = runtimes
+        steps = [name for name, *_ in runtime.server_inputs]
+        assert "kfed_server_weighted_kmeans" in steps and "kfed_server_step" not in steps
+        # The uploads carry the local clusters' sizes, which add up to the rows.
+        (upload,) = [r for r in runtime.received if r.tag == "local centers"]
+        assert sum(int(np.sum(p[1])) for p in upload.list()) == len(X)
 
 
 def test_k_fed_init_clusters_blobs():
@@ -588,7 +623,8 @@ def test_a_default_node_refuses_to_send_its_farthest_row():
 # A callable init
 # --------------------------------------------------------------------------- #
 def test_a_callable_init_runs_on_each_clients_rows_as_kmeans_calls_it():
-    from skfedclust.methods._kfed import kfed_server_step
+    from skfedclust.clusterers import nearest_center
+    from skfedclust.methods._kfed import kfed_server_weighted_kmeans
 
     X, y = make_blobs(400, centers=3, cluster_std=0.5, random_state=2)
     clients = np.array_split(X, 4)
@@ -603,20 +639,21 @@ def test_a_callable_init_runs_on_each_clients_rows_as_kmeans_calls_it():
     for (rows, k, rs), block in zip(calls, clients):
         np.testing.assert_array_equal(rows, block)
         assert k == 3 and rs is np.random.RandomState
-    # The local centers are aggregated as k-FED's: one Lloyd iteration from that start.
+    # The local centers, with their sizes on the client's rows, are aggregated
+    # as init="k-fed-weighted" does: one Lloyd iteration from that start.
     from skfedclust.federation import Received
 
-    received = {c: (block[:3], np.int64(0)) for c, block in enumerate(clients)}
-    start = None
-    for seed in range(4):
-        candidate = kfed_server_step(
-            Received("local centers", received), n_clusters=3, seed_client=seed,
-            n_lloyd_steps=None, weighted=False, max_iter=300,
-        )  # fmt: skip
-        km = KMeans(3, init=candidate, n_init=1, max_iter=1).fit(X)
-        if np.allclose(km.cluster_centers_, est.cluster_centers_, atol=1e-9):
-            start = seed
-    assert start is not None
+    received = {
+        c: (block[:3], np.bincount(nearest_center(block, block[:3]), minlength=3), np.int64(0))
+        for c, block in enumerate(clients)
+    }
+    candidate = kfed_server_weighted_kmeans(
+        Received("local centers", received), n_clusters=3, n_init=10, seed=0, max_iter=300
+    )
+    km = KMeans(3, init=candidate, n_init=1, max_iter=1).fit(X)
+    np.testing.assert_allclose(
+        np.sort(km.cluster_centers_, axis=0), np.sort(est.cluster_centers_, axis=0), atol=1e-9
+    )
     assert adjusted_rand_score(y, FederatedKMeans(3, init=first_rows, random_state=0)
                                .fit(clients).labels_) > 0.95  # fmt: skip
 

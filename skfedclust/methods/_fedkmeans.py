@@ -42,7 +42,7 @@ from ..secure._sampling import (
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import cluster_means
-from ._kfed import kfed_local_centers, kfed_server_step
+from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
 
 try:  # the fused Lloyd pass runs compiled, without the GIL
     import numba
@@ -312,7 +312,8 @@ def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clust
     Called as scikit-learn's ``KMeans`` calls it, ``init(X, n_clusters,
     random_state)``, on the client's rows, with ``min(n_clusters, n_rows)``
     clusters and the client's public seed; the server aggregates the local
-    centers as k-FED does. Sent as ``(centers, 0)``, k-FED's message.
+    centers as ``init="k-fed-weighted"`` does. Sent as ``(centers, sizes, 0)``,
+    the sizes those of the centers' local clusters on the client's rows.
     """
     k = min(int(n_clusters), data.shape[0])
     centers = np.asarray(init(data, k, np.random.RandomState(party.seed)), dtype=np.float64)
@@ -321,7 +322,8 @@ def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clust
             f"the callable init returned an array of shape {centers.shape} on client "
             f"{party.index}; expected ({k}, {data.shape[1]}) finite centers"
         )
-    return Reply(send=(centers, np.int64(0)))
+    sizes = np.bincount(nearest_center(data, centers), minlength=k).astype(np.int64)
+    return Reply(send=(centers, sizes, np.int64(0)))
 
 
 @summand
@@ -617,6 +619,10 @@ def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, nois
 
 
 #: Lloyd iterations of the private fit at most, and at least, under
+#: Restarts of the server's weighted k-means++ on the local centers
+#: (``init="k-fed-weighted"``): server work only, no message.
+SERVER_RESTARTS = 10
+
 #: ``dp_max_iter="auto"`` (the rule of Su et al. 2016, as diffprivlib uses).
 _DP_ITER_RANGE = (2, 7)
 #: Standard deviations of a client's noise within its fixed-point bound: the
@@ -873,11 +879,17 @@ class FederatedKMeans(
         Number of clusters.
     init : {"auto", "k-fed", "random", "sphere-packing"}, callable or array-like of \
             shape (n_clusters, n_features), default="auto"
-        Initial centers. ``"auto"``: ``"k-fed"`` in the clear, ``"sphere-packing"``
-        under ``privacy="dp"`` (the private start that measured best, see
-        ``benchmarks/results/dp_fedkmeans.md``). ``"k-fed"``: the one-shot k-FED centers (every
-        client uploads the centers of a local k-means, the server clusters
-        them; see :class:`~skfedclust.KFed`). ``"random"``: centers drawn from
+        Initial centers. ``"auto"``: ``"k-fed-weighted"`` in the clear,
+        ``"sphere-packing"`` under ``privacy="dp"`` (the starts that measured
+        best, see ``benchmarks/results/fedkmeans_defaults.md`` and
+        ``benchmarks/results/dp_fedkmeans.md``). ``"k-fed-weighted"``: every
+        client uploads the centers of a local k-means and their cluster sizes;
+        the server runs k-means++ with 10 restarts on them, each center
+        weighted by its size. ``"k-fed"``: the one-shot k-FED centers (the
+        local centers without sizes, clustered by k-FED's server step: a seed
+        client's centers, farthest points, Lloyd; see
+        :class:`~skfedclust.KFed`); its restarts differ in the seed client,
+        so ``n_init`` gives at most one start per client. ``"random"``: centers drawn from
         a Gaussian with the securely aggregated mean and per-feature variance
         of the pooled rows (not scikit-learn's ``"random"``, which picks rows);
         under ``privacy="dp"`` from noisy moments, at a share of the budget.
@@ -887,14 +899,16 @@ class FederatedKMeans(
         else two standard deviations around the pooled mean. An array: these
         centers. A callable: called as scikit-learn's ``KMeans`` calls it,
         ``init(X, n_clusters, random_state)``, on each client's own rows
-        (in a simulation), the local centers aggregated as k-FED's. Under
+        (in a simulation), the local centers (with their sizes on the
+        client's rows) aggregated as ``"k-fed-weighted"``'s. Under
         ``privacy="dp"`` a cluster whose noisy count is lost in
         the noise is moved next to the largest cluster's center (a split,
         computed from released values only), with a ``ConvergenceWarning`` if
         that happens in the last iteration.
     n_init : int, default=1
-        Restarts (different k-FED seed clients, Gaussian draws or packings);
-        the fit of lowest federated inertia is kept (under ``privacy="dp"``
+        Restarts (server seeds of the weighted k-means++, k-FED seed
+        clients, Gaussian draws or packings), each a federated Lloyd run from
+        its start; the fit of lowest federated inertia is kept (under ``privacy="dp"``
         each restart takes its share of the budget). An array ``init`` runs once.
     max_iter : int, default=300
         Lloyd iterations at most.
@@ -1014,9 +1028,10 @@ class FederatedKMeans(
     their largest value, and their largest deviation from the mean, in each
     power-of-two range) that fix the public bounds of the fixed-point sums.
     The centers are means of clusters: a cluster of one row has that row as
-    its center, as in any k-means. With ``init="k-fed"`` the server also
-    receives each client's local centers (the k-FED upload), which are means
-    of local clusters. With ``secure_aggregation=False`` every client's
+    its center, as in any k-means. With ``init="k-fed-weighted"`` (the default
+    in the clear) the server also receives each client's local centers and
+    their cluster sizes, with ``init="k-fed"`` the local centers (the k-FED
+    upload): means of local clusters. With ``secure_aggregation=False`` every client's
     statistics reach the server.
 
     **Bounds.** Fixed point needs a public bound on each client's entries.
@@ -1101,14 +1116,14 @@ class FederatedKMeans(
     (5.0, 1e-05)
     """
 
-    #: Its ``init="k-fed"`` start runs k-FED's local step on the nodes.
+    #: Its k-FED starts ("k-fed-weighted", "k-fed") run k-FED's local step on the nodes.
     _client_step_modules = ("skfedclust.methods._kfed",)
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
         "init": [
-            StrOptions({"auto", "k-fed", "random", "sphere-packing"}),
+            StrOptions({"auto", "k-fed", "k-fed-weighted", "random", "sphere-packing"}),
             "array-like",
             callable,
         ],
@@ -1277,28 +1292,47 @@ class FederatedKMeans(
                 mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
                 for _ in range(self.n_init)
             ]
-        if isinstance(self.init, str) or callable(self.init):
-            uploads = self._local_centers(runtime, active)
+        if isinstance(self.init, str) and self.init == "k-fed":
+            uploads = self._local_centers(runtime, active, send_sizes=False)
+            # k-FED's restarts differ in the seed client only: distinct ones, in
+            # a random order (at most one start per client).
+            order = random_state.permutation(len(uploads))[: self.n_init]
             starts = []
-            for _ in range(self.n_init):
+            for seed_client in order:
                 runtime.stage("server step: k-FED aggregation of the local centers")
-                seed_client = int(random_state.randint(len(uploads)))
                 starts.append(
                     runtime.server(
                         kfed_server_step,
                         uploads,
                         n_clusters=k,
-                        seed_client=seed_client,
+                        seed_client=int(seed_client),
                         n_lloyd_steps=None,
                         weighted=False,
                         max_iter=self.max_iter,
                     )
                 )
             return starts
+        if isinstance(self.init, str) or callable(self.init):
+            # "k-fed-weighted" ("auto" in the clear) and a callable init.
+            uploads = self._local_centers(runtime, active, send_sizes=True)
+            starts = []
+            for _ in range(self.n_init):
+                runtime.stage("server step: weighted k-means++ on the local centers")
+                starts.append(
+                    runtime.server(
+                        kfed_server_weighted_kmeans,
+                        uploads,
+                        n_clusters=k,
+                        n_init=SERVER_RESTARTS,
+                        seed=int(random_state.randint(np.iinfo(np.int32).max)),
+                        max_iter=self.max_iter,
+                    )
+                )
+            return starts
         return [self._array_init(runtime)]
 
-    def _local_centers(self, runtime, active):
-        """Every client's local centers for k-FED's aggregation (callable init or k-means)."""
+    def _local_centers(self, runtime, active, send_sizes):
+        """Every client's local centers (callable init or k-means), with their sizes or not."""
         k = self.n_clusters
         if callable(self.init):
             runtime.stage("client step: the callable init on each client's rows")
@@ -1318,7 +1352,7 @@ class FederatedKMeans(
             solver="kmeans",
             n_init=1,
             max_iter=self.max_iter,
-            send_sizes=False,
+            send_sizes=send_sizes,
         )
 
     def _array_init(self, runtime):
@@ -1617,9 +1651,9 @@ class FederatedKMeans(
                 "no differential-privacy guarantee covers; with privacy='dp' use "
                 "init='sphere-packing', init='random' or an array of public centers"
             )
-        if isinstance(self.init, str) and self.init == "k-fed":
+        if isinstance(self.init, str) and self.init in ("k-fed", "k-fed-weighted"):
             raise ValueError(
-                "init='k-fed' uploads each client's local centers, which no differential-"
+                f"init={self.init!r} uploads each client's local centers, which no differential-"
                 "privacy guarantee covers; with privacy='dp' use init='sphere-packing' (centers "
                 "spread in the bounds, no privacy cost), init='random' (drawn from private "
                 "moments) or an array of public centers"

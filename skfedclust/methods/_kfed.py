@@ -92,6 +92,26 @@ def kfed_server_step(uploads, *, n_clusters, seed_client, n_lloyd_steps, weighte
     )
 
 
+def kfed_server_weighted_kmeans(uploads, *, n_clusters, n_init, seed, max_iter):
+    """Server step: weighted k-means++ on the pooled local centers, ``n_init`` restarts.
+
+    The uploads are ``(centers, sizes, n_iter)``: each local center weighs as
+    many rows as its local cluster holds, so the local center of a few far
+    rows does not count as much as one of a large cluster, and the restarts
+    run on the server (scikit-learn's ``KMeans``), without a message. Fewer
+    non-empty local clusters than ``n_clusters``: every local center weighs one.
+    """
+    from sklearn.cluster import KMeans
+
+    payloads = uploads.list()
+    pooled = np.vstack([p[0] for p in payloads])
+    weights = np.concatenate([np.asarray(p[1]) for p in payloads]).astype(np.float64)
+    if np.count_nonzero(weights) < n_clusters:
+        weights = np.ones(len(pooled))
+    km = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, random_state=seed)
+    return km.fit(pooled, sample_weight=weights).cluster_centers_
+
+
 # ---------------------------------------------------------------- estimator
 class KFed(CentroidPredictMixin, BaseFederatedClustering):
     """k-FED: one-shot federated k-means.
