@@ -165,8 +165,8 @@ class Party:
         ``None`` gives a simulated party's (``NodePolicy.simulation()``).
         Checks made inside client steps (a secure sum's minimum of
         participants) read it.
-    ledger : NodeLedger, default=None
-        The node's privacy ledger of its rows, for this fit (its policy's
+    ledger : object, default=None
+        The node's privacy ledger of its rows (a ``NodeLedger``), for this fit (its policy's
         ``privacy_ledger``): its accountant starts from every release charged
         on those rows in earlier fits.
 
