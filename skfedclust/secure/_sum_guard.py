@@ -94,14 +94,8 @@ class OpenSum:
 
     def neighbours_of(self, client):
         """``client``'s neighbours among the participants, in the order of its shares."""
-        active = set(self.participants)
-        return tuple(
-            j
-            for j in harary_neighbours_of(
-                client, self.graph_size, self.graph_degree, self.graph_seed
-            )
-            if j in active
-        )
+        graph = (self.graph_size, self.graph_degree, self.graph_seed)
+        return _participating_neighbours(int(client), tuple(self.participants), graph)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +175,12 @@ def harary_neighbours_of(client, n_clients, degree, seed):
     needs no list of the whole graph from the server.
     """
     return list(_neighbours_of(int(client), int(n_clients), int(degree), int(seed)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _participating_neighbours(client, participants, graph):
+    active = set(participants)
+    return tuple(j for j in _neighbours_of(client, *graph) if j in active)
 
 
 @functools.lru_cache(maxsize=4096)
