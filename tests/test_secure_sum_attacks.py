@@ -195,6 +195,34 @@ def test_the_sum_over_all_but_one_after_the_sum_over_all_is_refused():
         coordinator.upload(everyone[:-1])
 
 
+@pytest.mark.parametrize("shift", [0.0, 1e-300])
+def test_the_same_values_under_another_step_over_fewer_clients_are_refused(shift):
+    # Information-equal statistics: the column sums as row_sums over everyone,
+    # then as sums of deviations from a public 0 (or from 1e-300, below the
+    # values' resolution) over everyone but one. The steps and constants
+    # differ, the values do not: the node keys its sums on the float arrays it
+    # adds as well, and refuses to add the same ones over other clients.
+    _, _, runtime = _runtime()
+    coordinator = Coordinator(runtime)
+    everyone = list(range(6))
+    coordinator.upload(everyone)
+    coordinator.announce(everyone, [], everyone)
+    coordinator.unmask(everyone)
+    with refused("one-sum-per-input"):
+        coordinator.upload(everyone[:-1], step=centered_sums_from_public, shift=shift)
+
+
+def test_the_same_values_repeated_over_the_same_clients_are_accepted():
+    # A repeat over the same clients (a fixed point of an iteration) tells nothing new.
+    _, _, runtime = _runtime()
+    coordinator = Coordinator(runtime)
+    everyone = list(range(6))
+    for step, public in [(row_sums, {}), (centered_sums_from_public, {"shift": 0.0})]:
+        coordinator.upload(everyone, step=step, **public)
+        coordinator.announce(everyone, [], everyone)
+        coordinator.unmask(everyone)
+
+
 def test_a_repeated_statistic_announced_with_other_survivors_is_refused():
     # A fixed point sends the same centers twice; a repeat over the same clients
     # is harmless only if it ends with the same survivors.

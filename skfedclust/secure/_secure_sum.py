@@ -524,6 +524,13 @@ def secure_sum_upload_step(
     # per-cluster sums of clusters of one row add up to rows in the total.
     party.policy.check_outgoing(data, reply.send, None, summand)
     arrays, spec = _structure(reply.send)
+    # one-sum-per-input on the values too: a float array this node already
+    # added in a sum over other clients, sent again under another step or
+    # other constants (column sums as raw moments, then as moments around a
+    # zero mean), would give the server the difference of the two sums.
+    plaintexts = _plaintext_keys(arrays)
+    for key in plaintexts:
+        check_statistic(record, key, participants)
     if shifts is None:
         shifts = [0] * len(arrays)
     vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
@@ -561,11 +568,21 @@ def secure_sum_upload_step(
             min_survivors=int(reply.keep.get(MIN_SURVIVORS, 0)),
             graph_degree=int(graph["degree"]),
             graph_size=int(graph["n_clients"]),
+            plaintexts=plaintexts,
         ),
-        statistics=joined(record, statistic, participants),
+        statistics=joined(record, statistic, participants, plaintexts),
         inputs=inputs,
     )
     return Reply(send=(masked, spec), keep=keep, to_peers=to_peers, output=reply.output)
+
+
+def _plaintext_keys(arrays):
+    """Digests of the float arrays a node adds (all-zero ones carry nothing of its rows)."""
+    return tuple(
+        public_digest(b"plaintext", np.asarray(a))
+        for a in arrays
+        if np.asarray(a).dtype.kind == "f" and np.any(a)
+    )
 
 
 def _per_client_tags(step, public):

@@ -23,8 +23,9 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
     Sum ids strictly increase over the fit: a mask key is never used twice.
 ``one-sum-per-input``
     A node adds the same statistic (step, public inputs, server messages it
-    reads) over one set of clients per fit: the sum over everyone and the sum
-    over everyone but one would give away that one's vector. A repeat (a
+    reads), and the same float array whatever the step, over one set of
+    clients per fit: the sum over everyone and the sum over everyone but one
+    would give away that one's vector. A repeat (a
     fixed point of an iteration sends the same centers again) must have the
     same participants and end with the same survivors, so it tells nothing new.
 ``stage``
@@ -86,6 +87,8 @@ class OpenSum:
     dropped: tuple = ()
     statistic: bytes = b""
     min_survivors: int = 0
+    #: Digests of the float arrays the node added (one-sum-per-input on values).
+    plaintexts: tuple = ()
     #: The graph's degree and roster size, with ``graph_seed`` its public parameters:
     #: a node derives a neighbour's neighbours from them (whose pair keys it holds
     #: shares of).
@@ -284,24 +287,26 @@ def check_statistic(record, statistic, participants):
         )
 
 
-def joined(record, statistic, participants):
+def joined(record, statistic, participants, plaintexts=()):
     """The record's statistics with one more sum joined (survivors known at unmasking)."""
     statistics = dict(record.statistics)
-    statistics.setdefault(statistic, (tuple(participants), None))
+    for key in (statistic, *plaintexts):
+        statistics.setdefault(key, (tuple(participants), None))
     return statistics
 
 
 def check_repeat_survivors(record, current, survivors):
     """A repeated statistic ends with the survivors of its first sum; the updated record."""
     statistics = dict(record.statistics)
-    participants, first = statistics.get(current.statistic, (current.participants, None))
-    if first is not None and tuple(first) != tuple(survivors):
-        raise SumRefusal(
-            "one-sum-per-input",
-            "a repeat of a statistic this node already added, announced with other survivors: "
-            "the two sums would give away the difference",
-        )
-    statistics[current.statistic] = (participants, tuple(survivors))
+    for key in (current.statistic, *current.plaintexts):
+        participants, first = statistics.get(key, (current.participants, None))
+        if first is not None and tuple(first) != tuple(survivors):
+            raise SumRefusal(
+                "one-sum-per-input",
+                "a repeat of a statistic this node already added, announced with other "
+                "survivors: the two sums would give away the difference",
+            )
+        statistics[key] = (participants, tuple(survivors))
     return statistics
 
 
