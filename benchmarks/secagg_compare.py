@@ -461,7 +461,7 @@ def page(args, out, elapsed):
     if args.repeats != (2 if args.quick else 5):
         command += f" --repeats {args.repeats}"
     body = f"""
-Command: `{command}` (with `/work/main/.venv`; the run took {elapsed / 60:.1f} min). Package
+Command: `{command}` (the run took {elapsed / 60:.1f} min). Package
 commit: {git_commit()}. {machine_line()} flwr {flwr.__version__} (simulation, Ray backend).
 Threads capped at one (`threadpool_limits(1)`, `OMP_NUM_THREADS=1` for the Ray workers);
 the package's per-step thread-pool scan is cached as in the other benchmarks
