@@ -35,9 +35,14 @@ def test_auto_keeps_arpack_below_the_threshold_and_on_dense_affinities():
         choose_eigen_solver("dense", small)
 
 
-def test_auto_falls_back_to_lobpcg_without_pyamg(monkeypatch):
-    monkeypatch.setattr(_spectral.importlib.util, "find_spec", lambda name: None)
-    assert choose_eigen_solver(None, sp.identity(AMG_MIN_VERTICES, format="csr")) == "lobpcg"
+def test_auto_takes_amg_on_a_large_sparse_graph():
+    # pyamg is a dependency: no fallback to choose.
+    import pyamg  # noqa: F401
+
+    large = sp.identity(AMG_MIN_VERTICES, format="csr")
+    assert choose_eigen_solver(None, large) == "amg"
+    smaller = sp.identity(AMG_MIN_VERTICES - 1, format="csr")
+    assert choose_eigen_solver(None, smaller) == "arpack"
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -19,14 +19,12 @@ results at small sizes are those of scikit-learn's default.
 
 from __future__ import annotations
 
-import importlib.util
-
 import scipy.sparse as sp
 
 __all__ = ["AMG_MIN_VERTICES", "EIGEN_SOLVERS", "choose_eigen_solver"]
 
-#: Vertices from which a sparse affinity is embedded with ``"amg"`` (or
-#: ``"lobpcg"`` without pyamg) when no solver is given. Measured on 10-neighbour
+#: Vertices from which a sparse affinity is embedded with ``"amg"`` (pyamg, a
+#: dependency of the package) when no solver is given. Measured on 10-neighbour
 #: graphs of 784-dimensional digit images (``benchmarks/omnifc_mnist_scale.py``):
 #: at 20,000 vertices ARPACK took 29 s and AMG 1.2 s, with the same labels up to
 #: a few rows (NMI 0.9994); at 70,000 AMG took 15 s and ARPACK did not finish.
@@ -45,8 +43,8 @@ def choose_eigen_solver(eigen_solver, affinity):
     eigen_solver : {"arpack", "lobpcg", "amg"} or None
         A given solver is returned unchanged. ``None`` chooses: ``"arpack"``
         for a dense affinity or one with fewer than :data:`AMG_MIN_VERTICES`
-        vertices (scikit-learn's default), otherwise ``"amg"`` if pyamg is
-        installed, else ``"lobpcg"``.
+        vertices (scikit-learn's default), otherwise ``"amg"`` (pyamg's
+        algebraic multigrid; pyamg is a dependency of the package).
     affinity : array-like or sparse matrix of shape (n_vertices, n_vertices)
         The affinity to embed.
 
@@ -72,4 +70,4 @@ def choose_eigen_solver(eigen_solver, affinity):
         return eigen_solver
     if not sp.issparse(affinity) or affinity.shape[0] < AMG_MIN_VERTICES:
         return "arpack"
-    return "amg" if importlib.util.find_spec("pyamg") is not None else "lobpcg"
+    return "amg"

@@ -768,8 +768,8 @@ class OmniFCClustering(BaseFederatedClustering):
           ``clusterer_params={"eigen_solver": ...}`` sets the solver of the
           embedding: ``None`` (the default) is ARPACK below
           :data:`~skfedclust.clusterers.AMG_MIN_VERTICES` distinct rows
-          (20,000) or on the dense kernel, and ``"amg"`` (``"lobpcg"``
-          without pyamg) on a larger graph, where ARPACK's shift-invert
+          (20,000) or on the dense kernel, and ``"amg"`` (pyamg's
+          multigrid) on a larger graph, where ARPACK's shift-invert
           factorization fills in; ``"arpack"``, ``"lobpcg"`` or ``"amg"``
           forces one;
         - ``"dbscan"``: :class:`~sklearn.cluster.DBSCAN` on ``sqrt(D)``;
