@@ -1823,6 +1823,7 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "dp_epsilon": None,
                 "privacy_ledger": False,
                 "max_fits": None,
+                "max_bound_queries": 8,
                 "trusted_identities": True,
                 "allow_unauthenticated": False,
             }

@@ -188,6 +188,7 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "dp_epsilon": None,
         "privacy_ledger": False,
         "max_fits": None,
+        "max_bound_queries": 8,
         "trusted_identities": True,
         "allow_unauthenticated": False,
     }

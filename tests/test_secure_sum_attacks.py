@@ -443,3 +443,36 @@ def test_secure_sums_over_two_clients_are_refused_at_validation():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not hasattr(KFed(2, random_state=0).fit([X[:60], X[60:]]), "inertia_")
+
+
+# --------------------------------------------------------------------------- #
+# Bound agreements as an oracle
+# --------------------------------------------------------------------------- #
+def test_bound_agreements_for_centers_moved_along_a_line_are_refused_past_the_limit():
+    # The oracle: the binary order of each client's largest distance to a
+    # center the server moves along a line, asked again and again, locates the
+    # farthest row. A node answers max-bound-queries (8) distinct ones per step
+    # and fit; repeats of the same inputs are free.
+    from skfedclust.federation import InProcessRuntime
+    from skfedclust.federation._policy import NodePolicy
+    from skfedclust.methods._fedkmeans import fedkmeans_nearest_distances
+    from skfedclust.secure import agree_bound
+
+    X = np.random.RandomState(0).normal(size=(60, 2))
+    federation = Federation(X, np.array_split(np.arange(60), 6))
+    federation.spawn_seeds(np.random.RandomState(1))
+    runtime = InProcessRuntime(federation, private_entropy=[7], policy=NodePolicy())
+    aggregator = SecureAggregator(runtime, seed=0)
+    line = [np.array([[t, 0.0]]) for t in np.linspace(-3, 3, 9)]
+    for centers in line[:8]:
+        agree_bound(aggregator, fedkmeans_nearest_distances, tag="probe", centers=centers)
+    agree_bound(aggregator, fedkmeans_nearest_distances, tag="again", centers=line[0])
+    with refused("bound-queries"):
+        agree_bound(aggregator, fedkmeans_nearest_distances, tag="probe", centers=line[8])
+    # A node with the limit off answers on.
+    runtime = InProcessRuntime(
+        federation, private_entropy=[7], policy=NodePolicy(max_bound_queries=0)
+    )
+    aggregator = SecureAggregator(runtime, seed=0)
+    for centers in line:
+        agree_bound(aggregator, fedkmeans_nearest_distances, tag="probe", centers=centers)

@@ -53,6 +53,13 @@ node therefore checks each request against its own policy before it answers:
     The fewest clients a secure sum may add up (default 3). A sum of two
     tells each of them the other's vector, and a sum of one is the vector:
     the node refuses to upload to a smaller sum, whatever the server asks.
+``max-bound-queries``
+    The most bound agreements a node answers per fit for one step with
+    different inputs (default 8): a bound agreement tells the binary order of
+    the largest value a step computes, and asked a few hundred times for
+    distances to centers the server moves along a line it locates the
+    farthest row. A repeat with the same inputs is not counted. ``0`` turns
+    the limit off.
 ``privacy-ledger``
     A directory where the node keeps, for each data set it holds, every
     differentially private release it charged and every fit it took part in
@@ -88,6 +95,8 @@ DEFAULT_MIN_SUM_PARTICIPANTS = 3
 DEFAULT_MIN_ROWS_PER_VECTOR = 2
 #: A vector this close to a row (relative to each feature's spread) is the row.
 DEFAULT_RAW_ROW_TOLERANCE = 1e-4
+#: Bound agreements a node answers per fit for one step with different inputs.
+DEFAULT_MAX_BOUND_QUERIES = 8
 
 #: Modules whose client steps serve several methods (labelling by nearest
 #: center, federated scalers, secret sharing): allowed whatever the method.
@@ -208,6 +217,9 @@ class NodePolicy:
     allow_clear_sums : bool, default=False
         Run summands (:func:`~skfedclust.federation.summand`) on their own,
         sending one client's statistic in the clear.
+    max_bound_queries : int or None, default=8
+        Bound agreements per fit and step with different inputs (``None`` or
+        0: no limit).
     privacy_ledger : str, path-like or None, default=None
         The node's ledger directory: its budget and its count of fits then
         hold across fits on the same rows (``None``: per fit).
@@ -229,6 +241,7 @@ class NodePolicy:
         dp_neighbouring="replace-one",
         privacy_ledger=None,
         max_fits=None,
+        max_bound_queries=DEFAULT_MAX_BOUND_QUERIES,
     ):
         if dp_neighbouring != "replace-one":
             raise ValueError(
@@ -248,6 +261,13 @@ class NodePolicy:
                 "max-fits needs a privacy-ledger: the node counts its fits there, across fits"
             )
         self.privacy_ledger = None if privacy_ledger in (None, "") else str(privacy_ledger)
+        if max_bound_queries is not None and (
+            isinstance(max_bound_queries, bool)
+            or int(max_bound_queries) != max_bound_queries
+            or int(max_bound_queries) < 0
+        ):
+            raise ValueError(f"max-bound-queries must be an int >= 0, got {max_bound_queries!r}")
+        self.max_bound_queries = None if max_bound_queries in (None, 0) else int(max_bound_queries)
         self.max_fits = None if max_fits is None else int(max_fits)
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
@@ -333,6 +353,11 @@ class NodePolicy:
             ),
             allow_clear_sums=_flag(node_config.get("allow-clear-sums", False), "allow-clear-sums"),
             privacy_ledger=node_config.get("privacy-ledger"),
+            max_bound_queries=(
+                DEFAULT_MAX_BOUND_QUERIES
+                if node_config.get("max-bound-queries") in (None, "")
+                else _count(node_config.get("max-bound-queries"), "max-bound-queries")
+            ),
             max_fits=_count(node_config.get("max-fits"), "max-fits"),
         )
 
@@ -468,7 +493,8 @@ class NodePolicy:
             f"dc_full_rank_maps={self.dc_full_rank_maps!r}, "
             f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r}, "
             f"allow_clear_sums={self.allow_clear_sums!r}, "
-            f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r})"
+            f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r}, "
+            f"max_bound_queries={self.max_bound_queries!r})"
         )
 
 

@@ -152,6 +152,7 @@ def policy_summary(policy, node_config):
         "dp_epsilon": policy.dp_epsilon,
         "privacy_ledger": policy.privacy_ledger is not None,
         "max_fits": policy.max_fits,
+        "max_bound_queries": policy.max_bound_queries,
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
     }

@@ -1157,6 +1157,7 @@ def fit_on_flower(
         ``min_rows_per_vector``, ``refuse_raw_rows``, ``min_sum_participants``,
         ``allow_clear_sums``, ``dp_epsilon`` (its own budget, ``None``: none),
         ``privacy_ledger`` (the budget holds across fits), ``max_fits``,
+        ``max_bound_queries``,
         ``trusted_identities`` (it has a trust file) and
         ``allow_unauthenticated``; what a node says, for the operator to read:
         each node enforces its own) and ``client_outputs_`` (rows of each

@@ -1152,6 +1152,7 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     from ..federation._runtime import resolve_client_step
 
     reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
+    queries = _count_bound_query(state, party, inbox, inner, inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     largest = float(values.max()) if values.size else 0.0
     if not np.isfinite(largest):
@@ -1161,7 +1162,39 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     onehot[(exponent - _MIN_EXPONENT) // coarseness] = 1
     # What ``inner`` keeps or outputs is kept and output as usual: a later
     # step may need the messages this one consumed.
-    return Reply(send=onehot, keep=reply.keep, output=reply.output)
+    return Reply(send=onehot, keep={**reply.keep, **queries}, output=reply.output)
+
+
+#: Where a node keeps, per step, the inputs of the bound agreements it answered.
+BOUND_QUERIES = "secure sum: bound queries"
+
+
+def _count_bound_query(state, party, inbox, inner, inner_public):
+    """The node's record of bound agreements with this one; refused beyond its policy.
+
+    A bound agreement is keyed on the step, its constants and the server
+    messages it read; a repeat with the same inputs tells nothing new and is
+    not counted. Beyond ``max-bound-queries`` distinct ones for one step in a
+    fit, the node refuses (rule ``bound-queries``): the binary orders of a
+    step's largest value for centers the server moves would locate a row.
+    """
+    read = getattr(inbox, "read", ())
+    messages = {tag: inbox.get(tag) for tag in sorted(read)}
+    key = public_digest(inner, inner_public, messages)
+    record = dict(state.get(BOUND_QUERIES, {}))
+    seen = tuple(record.get(inner, ()))
+    if key in seen:
+        return {}
+    limit = party.policy.max_bound_queries
+    if limit is not None and len(seen) >= limit:
+        raise SumRefusal(
+            "bound-queries",
+            f"this node answered {len(seen)} bound agreements of {inner} with other inputs in "
+            f"this fit; its policy answers {limit} (max-bound-queries): more would locate its "
+            "rows from the binary orders of their distances",
+        )
+    record[inner] = (*seen, key)
+    return {BOUND_QUERIES: record}
 
 
 def _n_bins(coarseness):
@@ -1237,6 +1270,7 @@ def column_exponent_histogram_step(
     from ..federation._runtime import resolve_client_step
 
     reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
+    queries = _count_bound_query(state, party, inbox, inner, inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     values = values.reshape(-1, values.shape[-1]) if values.ndim else values.reshape(1, 1)
     largest = values.max(axis=0) if values.shape[0] else np.zeros(values.shape[1])
@@ -1252,7 +1286,7 @@ def column_exponent_histogram_step(
     n_bins = -(-window // coarseness)
     onehot = np.zeros((largest.size, n_bins), dtype=np.int64)
     onehot[np.arange(largest.size), bins] = 1
-    return Reply(send=onehot, keep=reply.keep, output=reply.output)
+    return Reply(send=onehot, keep={**reply.keep, **queries}, output=reply.output)
 
 
 def agree_column_bounds(
