@@ -131,7 +131,7 @@ def run_secure(X, y, n):
 def run_reference(X, y, n, q):
     """Spectral clustering on the 10-NN graph built in the clear from the quantized rows."""
     from skfedclust.methods._omnifc import knn_affinity, nearest_columns
-    from skfedclust.secure._lcc import _StreamingMedian
+    from skfedclust.secure._lcc_sinks import _StreamingMedian
 
     start = time.perf_counter()
     Xi = np.rint(np.ldexp(X, q))  # exact integers, |x| <= 2**q

@@ -30,6 +30,7 @@ from skfedclust.partition import IIDPartition, NonIIDLevelPartition
 from skfedclust.secure import (
     DEFAULT_PRIME,
     FAST_PRIME,
+    _lcc_sinks,
     lcc_squared_distances,
     max_safe_precision,
     quantize,
@@ -1035,11 +1036,10 @@ def test_streamed_labels_equal_the_dense_path(clusterer, params, copies, monkeyp
 
 
 def test_a_second_pass_settles_the_median_and_crowded_neighbour_lists(monkeypatch, caplog):
-    from skfedclust.secure import _lcc
 
     # a tiny sample and window: the median falls outside the window
-    monkeypatch.setattr(_lcc, "MEDIAN_SAMPLE", 50)
-    monkeypatch.setattr(_lcc, "MEDIAN_WINDOW", 4)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_SAMPLE", 50)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_WINDOW", 4)
     # 40 copies of three rows crowd every neighbour list of 2 * 3 entries
     X = _tied_with_duplicates(n=200, copies=40)
     with caplog.at_level(logging.INFO, logger="skfedclust"):
@@ -1057,15 +1057,14 @@ def test_a_second_pass_settles_the_median_and_crowded_neighbour_lists(monkeypatc
 
 @pytest.mark.parametrize("sample, window", [(2**22, 2**23), (100, 2**20), (100, 8)])
 def test_streaming_median_is_exact(sample, window, monkeypatch):
-    from skfedclust.secure import _lcc
 
     # all values kept; a window that holds the median; one that misses it (a recount)
-    monkeypatch.setattr(_lcc, "MEDIAN_SAMPLE", sample)
-    monkeypatch.setattr(_lcc, "MEDIAN_WINDOW", window)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_SAMPLE", sample)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_WINDOW", window)
     rng = np.random.default_rng(0)
     for size in (1, 2, 101, 5000, 5001):
         values = rng.permutation(rng.integers(1, 2**20, size=size))
-        med = _lcc._StreamingMedian(2**29)
+        med = _lcc_sinks._StreamingMedian(2**29)
         passes = 1
         for chunk in np.array_split(values, 7):
             med.add(chunk)
@@ -1080,7 +1079,8 @@ def test_streaming_median_is_exact(sample, window, monkeypatch):
 
 
 def test_memory_of_the_streamed_fit_does_not_grow_with_n_squared():
-    from skfedclust.secure._lcc import LCCSetup, neighbour_sink_bytes
+    from skfedclust.secure._lcc import LCCSetup
+    from skfedclust.secure._lcc_sinks import neighbour_sink_bytes
 
     setup = LCCSetup(
         n_clients=7, n_features=784, n_segments=2, n_colluders=2, prime=2**30 - 35, n_parties=None

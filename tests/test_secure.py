@@ -29,10 +29,10 @@ from skfedclust.secure._field import FAST_PRIME, ModularProduct, centred
 from skfedclust.secure._lcc import (
     decode_squared_distances,
     party_tiles,
-    precision_is_safe,
     tile_elements,
     tile_exchanges,
 )
+from skfedclust.secure._lcc_coding import MAX_PRECISION, precision_is_safe
 from skfedclust.secure._secure_sum import TAG_UNMASK
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
@@ -525,7 +525,7 @@ def test_identical_rows_far_from_the_origin_decode_as_zero():
 def test_precision_bounds_never_overflow():
     assert precision_is_safe(-400, 1e300, 1e300, 3, MERSENNE) is False
     assert precision_is_safe(500, 1e-300, 1e-300, 3, MERSENNE) is True
-    assert max_safe_precision(1e-300, 1e-300, 3, MERSENNE) == _lcc.MAX_PRECISION
+    assert max_safe_precision(1e-300, 1e-300, 3, MERSENNE) == MAX_PRECISION
     with pytest.raises(ValueError, match="too spread out"):
         max_safe_precision(1e300, 1e300, 3, MERSENNE)
     with pytest.raises(ValueError, match="larger prime"):

@@ -29,17 +29,9 @@ from ..clusterers._spectral import choose_eigen_solver
 from ..federation import Federation, InProcessRuntime, Reply, logger
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
-from ..secure._lcc import (
-    LCCSetup,
-    NeighbourSink,
-    _data_bounds,
-    agree_scale,
-    decoding_threshold,
-    lcc_exchange,
-    lcc_query_distances,
-    neighbour_sink_bytes,
-    precision_is_safe,
-)
+from ..secure._lcc import LCCSetup, agree_scale, lcc_exchange, lcc_query_distances
+from ..secure._lcc_coding import _data_bounds, decoding_threshold, precision_is_safe
+from ..secure._lcc_sinks import NeighbourSink, neighbour_sink_bytes
 from ._base import BaseFederatedClustering
 
 __all__ = ["OmniFCClustering"]
@@ -334,7 +326,7 @@ def spectral_affinity(D, rows, *, gamma, n_neighbors):
 def nearest_columns(slab, k):
     """Columns of the ``k`` smallest entries of every row, ties to the lowest column.
 
-    The same rule as the streamed graph (:class:`~skfedclust.secure._lcc.NeighbourSink`
+    The same rule as the streamed graph (:class:`~skfedclust.secure._lcc_sinks.NeighbourSink`
     orders by ``(distance, index)``), so both give one graph. Returned in
     increasing column order.
     """
