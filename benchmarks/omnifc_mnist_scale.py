@@ -130,7 +130,7 @@ def run_secure(X, y, n):
 
 def run_reference(X, y, n, q):
     """Spectral clustering on the 10-NN graph built in the clear from the quantized rows."""
-    from skfedclust.methods._omnifc import knn_affinity, nearest_columns
+    from skfedclust.methods._omnifc_cluster import knn_affinity, nearest_columns
     from skfedclust.secure._lcc_sinks import _StreamingMedian
 
     start = time.perf_counter()

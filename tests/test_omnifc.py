@@ -24,7 +24,7 @@ from skfedclust import OmniFCClustering
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
 from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.federation import InProcessRuntime, use_runtime
-from skfedclust.methods._omnifc import PEAK_COPIES
+from skfedclust.methods._omnifc_cluster import PEAK_COPIES
 from skfedclust.metrics import kappa
 from skfedclust.partition import IIDPartition, NonIIDLevelPartition
 from skfedclust.secure import (
@@ -960,7 +960,7 @@ def _tied_with_duplicates(n=300, copies=0, seed=0):
 
 def _reference_affinity(X, q, k=10, gamma="median"):
     """The k-NN affinity of the exact squared distances: ties to the lowest row."""
-    from skfedclust.methods._omnifc import distinct_rows, knn_affinity, nearest_columns
+    from skfedclust.methods._omnifc_cluster import distinct_rows, knn_affinity, nearest_columns
 
     D = exact_sq(X, X, q)
     if gamma == "median":
@@ -1014,7 +1014,7 @@ def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies, block, m
 )
 @pytest.mark.parametrize("copies", [0, 5])
 def test_streamed_labels_equal_the_dense_path(clusterer, params, copies, monkeypatch):
-    from skfedclust.methods._omnifc import server_cluster
+    from skfedclust.methods._omnifc_cluster import server_cluster
     from skfedclust.secure import _lcc
 
     monkeypatch.setattr(_lcc, "BLOCK_SIZE", 64)
