@@ -22,7 +22,6 @@ from sklearn.preprocessing import StandardScaler, normalize
 
 from skfedclust import OmniFCClustering
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
-from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.federation import InProcessRuntime, use_runtime
 from skfedclust.methods._omnifc_cluster import PEAK_COPIES
 from skfedclust.metrics import kappa
@@ -37,6 +36,7 @@ from skfedclust.secure import (
 )
 from skfedclust.secure._lcc import DataHolderDroppedError
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
+from skfedclust.utils._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 

@@ -56,8 +56,8 @@ from scipy.spatial.distance import cdist
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_limits
 
-from ..clusterers._memory import check_dense_memory
 from ..secure._dp import clip_columns
+from ..utils._memory import check_dense_memory
 
 __all__ = [
     "ClientUpdate",

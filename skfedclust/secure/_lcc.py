@@ -58,7 +58,6 @@ from joblib import effective_n_jobs
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_info
 
-from ..clusterers._memory import check_dense_memory, release_free_heap
 from ..federation import (
     Federation,
     InProcessRuntime,
@@ -69,6 +68,7 @@ from ..federation import (
     summand,
 )
 from ..federation._runtime import _thread_controller, thread_pool
+from ..utils._memory import check_dense_memory, release_free_heap
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
