@@ -440,7 +440,6 @@ def _aggregator(runtime, aggregator, random_state):
     if aggregator is None:
         seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
         aggregator = SecureAggregator(runtime, seed=seed)
-    # The set-up exchange would take the centers if they were sent first.
     aggregator.setup()
     return aggregator
 

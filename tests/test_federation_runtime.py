@@ -12,6 +12,7 @@ from skfedclust.federation import (
     InProcessRuntime,
     Received,
     Reply,
+    reads,
 )
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -93,6 +94,43 @@ def test_server_messages_arrive_in_the_next_step_inbox_once():
     assert report["bytes_down"] == 3 * 16 + 24
     # Downloads alone open no round: nothing was sent by a client.
     assert report["rounds"] == 0
+
+
+@reads()
+def reads_nothing(data, inbox, state, party):
+    return Reply(keep={"set-up inbox": dict(inbox)})
+
+
+@reads("extra")
+def reads_extra(data, inbox, state, party):
+    return Reply(keep={"extra inbox": dict(inbox)})
+
+
+def test_a_step_declared_to_read_some_tags_leaves_the_others_for_the_next_step():
+    # A set-up step that reads nothing does not take the centers sent before
+    # it: they wait for the step that reads them, server messages and peer
+    # messages alike.
+    runtime = InProcessRuntime(_federation(), n_parties=4)
+    runtime.run(share_with_next, tag="shares", n_parties=4)
+    runtime.broadcast(np.ones(2), tag="centers")
+    runtime.send({1: np.zeros(3)}, tag="extra")
+    runtime.run(reads_nothing, tag="set-up")
+    assert _kept(runtime, "set-up inbox") == [{}, {}, {}]
+    runtime.run(reads_extra, tag="extra step")
+    extra = _kept(runtime, "extra inbox")
+    assert [set(i) for i in extra] == [set(), {"extra"}, set()]
+    runtime.run(echo_inbox, tag="look")
+    inboxes = _kept(runtime, "inbox")
+    assert [set(i) for i in inboxes] == [{"centers"}, {"centers", "shares"}, {"centers", "shares"}]
+    # The centers are still server messages to the step that reads them.
+    runtime.broadcast(np.ones(2), tag="centers")
+    runtime.run(reads_nothing, tag="set-up again")
+    runtime.run(server_tags_of_inbox, tag="tags")
+    assert _kept(runtime, "tags") == [{"centers"}] * 3
+
+
+def server_tags_of_inbox(data, inbox, state, party):
+    return Reply(keep={"tags": set(inbox.server_tags)})
 
 
 def test_server_steps_take_only_received_messages():

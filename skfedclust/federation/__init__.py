@@ -33,6 +33,7 @@ from ._runtime import (
     per_client_inputs,
     private_entropy,
     progress,
+    reads,
     releases_rows,
     sum_only,
     summand,
@@ -65,6 +66,7 @@ __all__ = [
     "per_client_inputs",
     "private_entropy",
     "progress",
+    "reads",
     "releases_rows",
     "use_runtime",
 ]

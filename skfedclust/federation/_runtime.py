@@ -428,6 +428,29 @@ def per_client_inputs(*tags):
     return mark
 
 
+def reads(*tags):
+    """Declare the only messages a client step takes from its party's inbox.
+
+    A step takes the messages delivered to its party since the party's last
+    step. A step declared with ``reads`` takes only those of ``tags`` (server
+    and peer messages alike); the others wait in the inbox for the party's
+    next step. A set-up step declared ``reads()`` therefore leaves alone the
+    centers the server sent before it, so protocols need not order their
+    set-up around their messages.
+    """
+
+    def mark(step):
+        step.__skfedclust_reads__ = frozenset(tags)
+        return step
+
+    return mark
+
+
+def step_reads(step):
+    """The tags a step takes from its inbox (``None``: every message waiting)."""
+    return getattr(step, "__skfedclust_reads__", None)
+
+
 def releases_rows(reason):
     """Declare a client step whose method releases row-level values by design.
 
@@ -940,10 +963,18 @@ class InProcessRuntime(Runtime):
         # Before the single-thread limit of the map below, which the count reads.
         n_threads = threads_per_step(self.n_jobs)
         inboxes = []
+        wanted = step_reads(step)
         for c in targets:
-            inboxes.append(Inbox(self._inboxes[c], self._server_tags[c]))
-            self._inboxes[c] = {}
-            self._server_tags[c] = set()
+            waiting, server_tags = self._inboxes[c], self._server_tags[c]
+            if wanted is None:
+                taken, kept = waiting, {}
+            else:
+                # What the step does not read waits for the party's next step.
+                taken = {tag: m for tag, m in waiting.items() if tag in wanted}
+                kept = {tag: m for tag, m in waiting.items() if tag not in wanted}
+            inboxes.append(Inbox(taken, server_tags & set(taken)))
+            self._inboxes[c] = kept
+            self._server_tags[c] = server_tags & set(kept)
         per_client = per_client or {}
         arguments = (
             (

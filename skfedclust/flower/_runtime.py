@@ -29,7 +29,7 @@ from .. import __version__
 from ..federation import logger, progress
 from ..federation._inputs import _check_client_sizes, _check_n_samples
 from ..federation._ledger import SERVER, Ledger
-from ..federation._runtime import Received, Runtime
+from ..federation._runtime import Received, Runtime, step_reads
 from ._codec import encode
 from ._crypto import fingerprint
 from ._wire import (
@@ -593,17 +593,21 @@ class FlowerRuntime(Runtime):
         self._exchange += 1
         exchange = self._exchange
         messages = []
+        wanted = step_reads(step)
         for c in targets:
-            events, sealed = [], {}
+            events, sealed, kept = [], {}, []
             for event in self._pending[c]:
-                if event[0] == "server":
+                if wanted is not None and event[1] not in wanted:
+                    # Not read by this step: it waits for the party's next one.
+                    kept.append(event)
+                elif event[0] == "server":
                     events.append(list(event))
                 else:
                     _, ev_tag, sender, ev_exchange, blob = event
                     ref = str(len(sealed))
                     sealed[ref] = blob.ciphertext
                     events.append(["peer", ev_tag, sender, ev_exchange, ref])
-            self._pending[c] = []
+            self._pending[c] = kept
             control = {
                 "session": self.session,
                 "step": name,

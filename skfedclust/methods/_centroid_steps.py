@@ -166,9 +166,9 @@ def secure_lloyd_step(runtime, random_state, centers, *, centers_tag="global cen
     """
     seed = int(random_state.randint(np.iinfo(np.int32).max))
     channel = SumChannel(runtime, secure=True, seed=seed)
-    # The set-up exchange would consume the centers if they were sent first.
-    channel.aggregator.setup()
     runtime.broadcast(centers, tag=centers_tag)
+    # The set-up step reads no message: the centers wait for the first sum.
+    channel.aggregator.setup()
     runtime.stage("one federated Lloyd step: a bound, then secure per-center sums and counts")
     bound = channel.bound(
         lloyd_deviations, tag="Lloyd bound", coarseness=4, centers_tag=centers_tag
@@ -245,7 +245,6 @@ def secure_inertia(
         return _labels_without_inertia(runtime, centers, centers_tag, step, messages, public)
     aggregator = SecureAggregator(runtime, seed=seed)
     with runtime.evaluation():
-        # The set-up exchange would consume the centers if they were sent first.
         aggregator.setup()
     runtime.broadcast(centers, tag=centers_tag)
     for tag, payloads in (messages or {}).items():

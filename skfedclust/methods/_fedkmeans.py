@@ -1675,11 +1675,8 @@ class FederatedKMeans(
         self.privacy_accountant_ = accountant
         self.noise_scales_ = plan.scales()
         adder = self._sum_channel(runtime, random_state)
-        # Before the set-up exchange: a step run between it and the first sum
-        # would take the pairwise seeds it delivers.
         self._agree_sampling(runtime, everyone, plan.n_iter * n_starts)
         if adder.secure:
-            # Before the first broadcast: the set-up exchange would take it.
             adder.aggregator.setup()
         if random_start:
             starts = self._dp_random_starts(

@@ -368,8 +368,6 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         channel = SumChannel(
             runtime, secure=True, seed=int(random_state.randint(np.iinfo(np.int32).max))
         )
-        # Set-up and the bound come first: their client steps would consume
-        # the centers' message otherwise.
         channel.aggregator.setup()
         # A local center is a weighted mean of rows, so |c' - c| <= B + |c|
         # with B a bound on |x|: one agreed bound serves every round.

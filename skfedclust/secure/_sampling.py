@@ -36,6 +36,7 @@ import hashlib
 import numpy as np
 
 from ..federation import Reply
+from ..federation._runtime import reads
 
 __all__ = [
     "TAG_COMMITS",
@@ -87,6 +88,7 @@ def public_sample(seed, iteration, active, size):
     return sorted(active[i] for i in order)
 
 
+@reads()
 def sampling_commit_step(data, inbox, state, party, *, horizon):
     """Client step: commit to a fresh nonce (and the fit's horizon) for the sampling seed."""
     if _NONCE in state:
@@ -104,6 +106,7 @@ def sampling_commit_step(data, inbox, state, party, *, horizon):
     )
 
 
+@reads(TAG_COMMITS)
 def sampling_reveal_step(data, inbox, state, party):
     """Client step: find its commitment among those relayed, then reveal its nonce."""
     if _NONCE not in state:

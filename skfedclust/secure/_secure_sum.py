@@ -68,7 +68,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
-from ..federation._runtime import Inbox, sum_only
+from ..federation._runtime import Inbox, reads, sum_only
 from ._node_dp import MIN_SURVIVORS
 from ._sampling import SAMPLED_PARTICIPANTS
 from ._sum_guard import (
@@ -415,6 +415,7 @@ def _seeds_key(graph_seed):
     return f"secure sum: seeds of graph {int(graph_seed)}"
 
 
+@reads()
 def secure_sum_seed_step(data, inbox, state, party, *, graph):
     """Set-up client step: a fresh pairwise seed to every later neighbour (peer messages).
 
@@ -993,10 +994,9 @@ class SecureAggregator:
     def setup(self):
         """Agree on the pairwise seeds now (one set-up exchange; later calls do nothing).
 
-        The first :meth:`sum` does it otherwise. Call it before the server
-        sends what the first sum's step reads: every client step takes the
-        messages delivered to its party since the party's last step, so the
-        set-up exchange would take them.
+        The first :meth:`sum` does it otherwise. Its client step reads no
+        message (:func:`~skfedclust.federation.reads`), so the server may
+        send what the first sum's step reads before or after it.
         """
         if self._set_up:
             return
