@@ -437,6 +437,25 @@ def reads(*tags):
     next step. A set-up step declared ``reads()`` therefore leaves alone the
     centers the server sent before it, so protocols need not order their
     set-up around their messages.
+
+    Parameters
+    ----------
+    *tags : str
+        The tags of the messages the step takes.
+
+    Returns
+    -------
+    mark : callable
+        The decorator.
+
+    Examples
+    --------
+    >>> from skfedclust.federation import Reply, reads
+    >>> @reads("global centers")
+    ... def my_step(data, inbox, state, party):
+    ...     return Reply(send=inbox["global centers"].sum())
+    >>> sorted(my_step.__skfedclust_reads__)
+    ['global centers']
     """
 
     def mark(step):
