@@ -88,6 +88,12 @@ class Coordinator:
             n_clients=len(participants),
         )
 
+    def complete_sum(self, participants, **upload):
+        """An honest sum over ``participants``: upload, announce no dropout, unmask."""
+        self.upload(participants, **upload)
+        self.announce(participants, [], participants)
+        return self.unmask(participants)
+
     def announce(self, survivors, dropped, clients):
         self.runtime.broadcast(
             {"survivors": np.array(survivors), "dropped": np.array(dropped)},
@@ -188,9 +194,7 @@ def test_the_sum_over_all_but_one_after_the_sum_over_all_is_refused():
     _, _, runtime = _runtime()
     coordinator = Coordinator(runtime)
     everyone = list(range(6))
-    coordinator.upload(everyone)
-    coordinator.announce(everyone, [], everyone)
-    coordinator.unmask(everyone)
+    coordinator.complete_sum(everyone)
     with refused("one-sum-per-input"):
         coordinator.upload(everyone[:-1])
 
@@ -205,9 +209,7 @@ def test_the_same_values_under_another_step_over_fewer_clients_are_refused(shift
     _, _, runtime = _runtime()
     coordinator = Coordinator(runtime)
     everyone = list(range(6))
-    coordinator.upload(everyone)
-    coordinator.announce(everyone, [], everyone)
-    coordinator.unmask(everyone)
+    coordinator.complete_sum(everyone)
     with refused("one-sum-per-input"):
         coordinator.upload(everyone[:-1], step=centered_sums_from_public, shift=shift)
 
@@ -218,9 +220,7 @@ def test_the_same_values_repeated_over_the_same_clients_are_accepted():
     coordinator = Coordinator(runtime)
     everyone = list(range(6))
     for step, public in [(row_sums, {}), (centered_sums_from_public, {"shift": 0.0})]:
-        coordinator.upload(everyone, step=step, **public)
-        coordinator.announce(everyone, [], everyone)
-        coordinator.unmask(everyone)
+        coordinator.complete_sum(everyone, step=step, **public)
 
 
 def test_a_repeated_statistic_announced_with_other_survivors_is_refused():
@@ -229,9 +229,7 @@ def test_a_repeated_statistic_announced_with_other_survivors_is_refused():
     _, _, runtime = _runtime()
     coordinator = Coordinator(runtime)
     everyone = list(range(6))
-    coordinator.upload(everyone)
-    coordinator.announce(everyone, [], everyone)
-    coordinator.unmask(everyone)
+    coordinator.complete_sum(everyone)
     # The same statistic, the same clients: accepted; client 0 really drops.
     coordinator.upload(everyone, run_on=everyone[1:])
     coordinator.announce(everyone[1:], [0], everyone[1:])
@@ -246,9 +244,7 @@ def test_a_second_unmasking_of_a_sum_is_refused():
     _, _, runtime = _runtime()
     coordinator = Coordinator(runtime)
     everyone = list(range(6))
-    coordinator.upload(everyone)
-    coordinator.announce(everyone, [], everyone)
-    coordinator.unmask(everyone)
+    coordinator.complete_sum(everyone)
     coordinator.announce(everyone[1:], [0], everyone[1:])
     with refused("stage"):
         coordinator.attest(everyone[1:])
