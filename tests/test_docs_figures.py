@@ -53,3 +53,30 @@ def test_citation_and_changelog_name_the_package_version():
     citation = (root / "CITATION.cff").read_text()
     assert re.search(r'^version: "(.+)"$', citation, flags=re.M)[1] == skfedclust.__version__
     assert f"## {skfedclust.__version__}" in (root / "CHANGELOG.md").read_text()
+
+
+def test_fedsc_pages_iris_bytes_are_the_ledgers():
+    import warnings
+
+    from sklearn.datasets import load_iris
+
+    from skfedclust import FedSpectralClustering
+
+    text = " ".join((DOC / "fedsc.rst").read_text().split())
+    secure = re.search(
+        r"that is ([\d,]+) bytes up, ([\d,]+) down and ([\d,]+) between clients", text
+    )
+    clear = re.search(r"no peer bytes: ([\d,]+) up and ([\d,]+) down on Iris", text)
+    X = load_iris().data
+    stated = {
+        True: [int(v.replace(",", "")) for v in secure.groups()],
+        False: [int(v.replace(",", "")) for v in clear.groups()] + [0],
+    }
+    for secure_aggregation, figures in stated.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = FedSpectralClustering(
+                3, secure_aggregation=secure_aggregation, random_state=0
+            ).fit(X)
+        comm = est.communication_
+        assert figures == [comm["bytes_up"], comm["bytes_down"], comm["bytes_peer"]]
