@@ -148,16 +148,42 @@ def shamir_split(secret, n_shares, threshold, rng):
     >>> shamir_combine({1: shares[0], 3: shares[2], 5: shares[4]})
     123456789
     """
+    shares = shamir_split_many([secret], n_shares, threshold, _GeneratorBytes(rng))
+    return [int(y) for y in shares[0]]
+
+
+class _GeneratorBytes:
+    """A numpy generator as a dealer of :func:`shamir_split_many`'s random bytes."""
+
+    def __init__(self, rng):
+        self.secret_bytes = rng.bytes
+
+
+def shamir_split_many(secrets, n_shares, threshold, party):
+    """Shamir shares of several secrets at the points ``1 .. n_shares``, one draw of randomness.
+
+    Returns an object array of shape ``(len(secrets), n_shares)``: row ``s``
+    holds the shares of ``secrets[s]``. The polynomials' coefficients come
+    from the party's cryptographic generator, in one call.
+    """
     if not 1 <= threshold <= n_shares:
         raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
-    coefficients = [int(secret)] + [_random_field_element(rng) for _ in range(threshold - 1)]
-    shares = []
-    for x in range(1, n_shares + 1):
-        y = 0
-        for c in reversed(coefficients):
-            y = (y * x + c) % MERSENNE_127
-        shares.append(y)
-    return shares
+    n_secrets = len(secrets)
+    raw = party.secret_bytes(16 * n_secrets * (threshold - 1)) if threshold > 1 else b""
+    coefficients = np.empty((n_secrets, threshold), dtype=object)
+    coefficients[:, 0] = [int(v) for v in secrets]
+    # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
+    coefficients[:, 1:] = np.array(
+        [int.from_bytes(raw[i : i + 16], "little") % MERSENNE_127 for i in range(0, len(raw), 16)],
+        dtype=object,
+    ).reshape(n_secrets, threshold - 1)
+    # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
+    # matrix, in exact integers (below 2**254 * threshold before the reduction).
+    vandermonde = np.array(
+        [[pow(x, e, MERSENNE_127) for x in range(1, n_shares + 1)] for e in range(threshold)],
+        dtype=object,
+    )
+    return (coefficients @ vandermonde) % MERSENNE_127
 
 
 def shamir_combine(points):
@@ -172,11 +198,6 @@ def shamir_combine(points):
                 den = den * (x - other) % MERSENNE_127
         secret = (secret + points[x] * num * pow(den, -1, MERSENNE_127)) % MERSENNE_127
     return secret
-
-
-def _random_field_element(rng):
-    # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
-    return int.from_bytes(rng.bytes(16), "little") % MERSENNE_127
 
 
 #: ChaCha20's nonce (its counter starts at 0): every keystream has a key of its own.
@@ -597,33 +618,6 @@ def _per_client_tags(step, public):
             resolve_client_step(wrapped, role="bound"), "__skfedclust_per_client__", set()
         )
     return frozenset(tags)
-
-
-def shamir_split_many(secrets, n_shares, threshold, party):
-    """Shamir shares of several secrets at the points ``1 .. n_shares``, one draw of randomness.
-
-    Returns an object array of shape ``(len(secrets), n_shares)``: row ``s``
-    holds the shares of ``secrets[s]``. The polynomials' coefficients come
-    from the party's cryptographic generator, in one call.
-    """
-    if not 1 <= threshold <= n_shares:
-        raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
-    n_secrets = len(secrets)
-    raw = party.secret_bytes(16 * n_secrets * (threshold - 1)) if threshold > 1 else b""
-    coefficients = np.empty((n_secrets, threshold), dtype=object)
-    coefficients[:, 0] = [int(v) for v in secrets]
-    # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
-    coefficients[:, 1:] = np.array(
-        [int.from_bytes(raw[i : i + 16], "little") % MERSENNE_127 for i in range(0, len(raw), 16)],
-        dtype=object,
-    ).reshape(n_secrets, threshold - 1)
-    # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
-    # matrix, in exact integers (below 2**254 * threshold before the reduction).
-    vandermonde = np.array(
-        [[pow(x, e, MERSENNE_127) for x in range(1, n_shares + 1)] for e in range(threshold)],
-        dtype=object,
-    )
-    return (coefficients @ vandermonde) % MERSENNE_127
 
 
 def _split_words(values):

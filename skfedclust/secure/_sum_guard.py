@@ -253,12 +253,11 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
             "fresh-sum",
             f"sum {sum_id} does not follow sum {record.last_id}: a mask key would be reused",
         )
-    active = set(participants)
     degree = int(graph["degree"])
     if not 0 < degree < n_roster:
         raise SumRefusal("well-formed", f"graph degree {degree} on {n_roster} clients")
-    mine = tuple(
-        j for j in harary_neighbours_of(me, n_roster, degree, int(graph["seed"])) if j in active
+    mine = _participating_neighbours(
+        me, tuple(participants), (n_roster, degree, int(graph["seed"]))
     )
     floor = threshold_floor(len(mine), minimum)
     if int(threshold) < floor:
