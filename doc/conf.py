@@ -3,13 +3,20 @@
 import importlib
 import os
 import shutil
+import sys
 import urllib.request
 from pathlib import Path
 
 from docutils import nodes
+from docutils.parsers.rst import directives
+from docutils.statemachine import StringList
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 import skfedclust
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _results  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -408,7 +415,63 @@ def _mark_result_tables(app, doctree, docname):
                 entry["classes"].append("skfedclust-nowrap")
 
 
+def _result_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``:result:`page|section|row|column[|format]```: a figure of a benchmark's page."""
+    try:
+        value = _results.lookup(text)
+    except _results.ResultError as exc:
+        message = inliner.reporter.error(str(exc), line=lineno)
+        return [inliner.problematic(rawtext, rawtext, message)], [message]
+    page = _results.RESULTS / f"{text.split('|')[0].strip()}.md"
+    inliner.document.settings.env.note_dependency(str(page))
+    return [nodes.Text(value)], []
+
+
+class ResultTable(SphinxDirective):
+    """A table of a benchmark's page: chosen rows and columns, in the order given.
+
+    The argument is ``page|section``; ``:rows:`` and ``:columns:`` are lists separated by
+    ``;`` (the first column holds the rows' keys, as :func:`_results.lookup` reads them);
+    ``:format:`` formats every figure (``.2f``).
+    """
+
+    required_arguments = 1
+    final_argument_whitespace = True
+    option_spec = {
+        "rows": directives.unchanged_required,
+        "columns": directives.unchanged_required,
+        "format": directives.unchanged,
+        "labels": directives.unchanged,
+    }
+
+    def run(self):
+        page_section = self.arguments[0].strip()
+        rows = [r.strip() for r in self.options["rows"].split(";") if r.strip()]
+        columns = [c.strip() for c in self.options["columns"].split(";") if c.strip()]
+        labels = [c.strip() for c in self.options.get("labels", "").split(";") if c.strip()]
+        if labels and len(labels) != len(rows):
+            raise self.error(f"{len(labels)} labels for {len(rows)} rows")
+        spec = self.options.get("format", "")
+        self.env.note_dependency(str(_results.RESULTS / f"{page_section.split('|')[0]}.md"))
+        lines = [".. list-table::", "   :header-rows: 1", ""]
+        lines += ["   * - " + columns[0]] + [f"     - {c}" for c in columns[1:]]
+        for i, row in enumerate(rows):
+            lines.append(f"   * - {labels[i] if labels else row}")
+            for column in columns[1:]:
+                reference = f"{page_section}|{row}|{column}" + (f"|{spec}" if spec else "")
+                try:
+                    value = _results.lookup(reference)
+                except _results.ResultError as exc:
+                    raise self.error(str(exc)) from None
+                lines.append(f"     - {value}")
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, self.get_source_info()[0]), 0, container)
+        return container.children
+
+
 def setup(app):
+    app.add_role("result", _result_role)
+    app.add_directive("result-table", ResultTable)
     app.connect("config-inited", _check_benchmark_titles)
     app.connect("config-inited", _check_external_targets)
     app.connect("config-inited", _check_user_guide_links)

@@ -80,3 +80,71 @@ def test_fedsc_pages_iris_bytes_are_the_ledgers():
             ).fit(X)
         comm = est.communication_
         assert figures == [comm["bytes_up"], comm["bytes_down"], comm["bytes_peer"]]
+
+
+def _doc_results():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_doc_results", DOC.parent / "_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result_tables(text):
+    """``(page|section, rows, columns)`` of every ``result-table`` directive of a page."""
+    found = []
+    for match in re.finditer(r"\.\. result-table:: (.+)\n((?:   :.*\n)+)", text):
+        options = dict(re.findall(r"   :(\w+): (.*)\n", match.group(2)))
+        rows = [r.strip() for r in options["rows"].split(";")]
+        columns = [c.strip() for c in options["columns"].split(";")]
+        found.append((match.group(1).strip(), rows, columns[1:]))
+    return found
+
+
+def test_every_result_the_guide_quotes_names_one_cell_of_a_results_page():
+    results = _doc_results()
+    n_quoted = 0
+    for page in sorted(DOC.glob("*.rst")):
+        text = page.read_text()
+        for reference in results.references(text):
+            assert results.lookup(reference), (page.name, reference)
+            n_quoted += 1
+        for page_section, rows, columns in _result_tables(text):
+            for row in rows:
+                for column in columns:
+                    assert results.lookup(f"{page_section}|{row}|{column}")
+                    n_quoted += 1
+    assert n_quoted > 50
+
+
+def test_a_result_reference_that_names_no_cell_or_two_is_an_error():
+    import pytest
+
+    results = _doc_results()
+    with pytest.raises(results.ResultError, match="0 cells"):
+        results.lookup("grid|Summary|no such method|iid")
+    with pytest.raises(results.ResultError, match="0 cells"):
+        results.lookup("grid|Summary|FeCA|no such column")
+    # "iris" alone names the iris row of every partition.
+    with pytest.raises(results.ResultError, match="cells"):
+        results.lookup("grid|ARI side by side|iris|ref")
+    assert results.lookup("grid|Communication|iris/iid/KFed|rounds|d") == "1"
+    assert results.lookup("dp_fedkmeans|iris|1|ARI, sphere-packing|mean").count(".") == 1
+
+
+#: Pages whose measured figures all come from benchmarks/results (through ``:result:`` and
+#: ``result-table``): a decimal typed into their prose is a figure nobody reruns.
+PAGES_WITHOUT_TYPED_FIGURES = ["choosing_a_method.rst"]
+
+
+def test_pages_that_quote_results_type_no_measured_figure():
+    for name in PAGES_WITHOUT_TYPED_FIGURES:
+        text = (DOC / name).read_text()
+        prose = re.sub(r":result:`[^`]+`", "", text)
+        prose = re.sub(r"\.\. result-table::.*\n(?:   .*\n)+", "", prose)
+        # Inline markup does not nest: a role inside bold text would print its source.
+        bold = re.findall(r"\*\*(.+?)\*\*", text, flags=re.S)
+        assert not [b for b in bold if ":result:" in b], name
+        typed = re.findall(r"\b\d+\.\d\d+\b|\b\d[\d,.]* ?(?:KB|MB|GB|ms)\b", prose)
+        assert not typed, (name, typed)
