@@ -11,7 +11,7 @@ from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.federation._policy import NodePolicy
 from skfedclust.federation._runtime import client_step_name, resolve_client_step
 from skfedclust.methods._centroid_steps import lloyd_deviations
-from skfedclust.methods._fedkmeans import (
+from skfedclust.methods._fedkmeans_steps import (
     TAG_CENTERS,
     TAG_RELOCATE,
     fedkmeans_far_rows,
@@ -163,7 +163,7 @@ def test_every_summand_of_the_package_is_marked():
     assert {
         "skfedclust.secure._moments:moments_raw",
         "skfedclust.secure._lcc:offset_sum_step",
-        "skfedclust.methods._fedkmeans:fedkmeans_lloyd_statistics",
+        "skfedclust.methods._fedkmeans_steps:fedkmeans_lloyd_statistics",
         "skfedclust.methods._centroid_steps:lloyd_statistics",
         "skfedclust.methods._ffcm:ffcm_client_moves",
         "skfedclust.metrics:silhouette_sum_step",
@@ -196,7 +196,7 @@ def _deployed_nodes(n_clients=4, n_per=20, d=3, seed=0):
 def test_largest_distances_and_farthest_rows_are_refused_where_rows_stay_in():
     # The coordinator asks every distance of every row, from chosen centers:
     # d + 1 queries give every row (the review recovered 80 of 80).
-    from skfedclust.methods._fedkmeans import (
+    from skfedclust.methods._fedkmeans_steps import (
         TAG_CENTERS,
         TAG_FARTHEST,
         fedkmeans_largest_distances,
@@ -326,7 +326,7 @@ def test_a_second_sum_over_fewer_clients_is_refused_whatever_its_bounds(change, 
 def test_a_one_feature_node_refuses_to_send_its_farthest_values():
     # The review read every value of a one-feature node through the
     # farthest-row steps (the raw-row rule skips width one).
-    from skfedclust.methods._fedkmeans import (
+    from skfedclust.methods._fedkmeans_steps import (
         TAG_CENTERS,
         TAG_FARTHEST,
         fedkmeans_largest_distances,

@@ -18,7 +18,8 @@ from sklearn.datasets import make_blobs
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime, Party, use_runtime
 from skfedclust.federation._policy import NodePolicy
-from skfedclust.methods._fedkmeans import TAG_CENTERS, DPPlan, fedkmeans_dp_lloyd_statistics
+from skfedclust.methods._fedkmeans_dp import DPPlan
+from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_dp_lloyd_statistics
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._node_dp import NODE_ACCOUNTANT, private_normal
 from skfedclust.secure._secure_sum import (

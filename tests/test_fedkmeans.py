@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 import skfedclust.methods._fedkmeans as fedkmeans
+import skfedclust.methods._lloyd_pass as lloyd
 from skfedclust import FederatedKMeans
 from skfedclust.clusterers import nearest_center
 from skfedclust.federation import InProcessRuntime, use_runtime
@@ -174,7 +175,7 @@ def _pass_cases():
 def pass_engine(request, monkeypatch):
     """Both passes: the compiled one (forced on small data) and NumPy's (small clients')."""
     if request.param == "compiled":
-        monkeypatch.setattr(fedkmeans, "_COMPILED_MIN_ROWS", 0)
+        monkeypatch.setattr(lloyd, "_COMPILED_MIN_ROWS", 0)
     return request.param
 
 
@@ -185,7 +186,7 @@ def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range
     # A client that knows its columns' range skips the per-value headroom
     # check only when the range shows every row within it.
     column_range = (X.min(axis=0), X.max(axis=0)) if known_range else None
-    labels, sums, counts, inertia, changed = fedkmeans.lloyd_pass(
+    labels, sums, counts, inertia, changed = lloyd.lloyd_pass(
         X, centers, previous, column_range=column_range
     )
     expected = nearest_center(X, centers)
@@ -208,7 +209,7 @@ def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range
 def test_the_fused_pass_breaks_ties_towards_the_lowest_index(pass_engine):
     centers = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [1.0, 5.0]]) + 1.7e9
     X = np.array([[1.0, 0.0], [1.0, -3.0], [0.0, 0.0], [2.0, 0.0]]) + 1.7e9
-    labels = fedkmeans.lloyd_pass(X, centers)[0]
+    labels = lloyd.lloyd_pass(X, centers)[0]
     np.testing.assert_array_equal(labels, [0, 0, 0, 1])
 
 
@@ -217,10 +218,10 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     X = _data(600, k=4, d=3) + 1.7e9
     centers = X[:4].copy()
     previous = np.zeros(len(X), dtype=np.intp)
-    reference, _ = fedkmeans.normalized_frame(centers)
+    reference, _ = lloyd.normalized_frame(centers)
     factor = 2.0 ** -int(np.frexp(np.abs(centers - reference).max())[1])
     outputs = []
-    for kernel in (fedkmeans._lloyd_pass_loops, fedkmeans._lloyd_pass_compiled):
+    for kernel in (lloyd._lloyd_pass_loops, lloyd._lloyd_pass_compiled):
         out = (np.empty(len(X), dtype=np.intp), np.zeros((1, 4, 3)), np.zeros((1, 4), np.int64))
         squares = np.zeros((1, 4, 3))
         changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 1, True)
@@ -231,7 +232,7 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     # A row beyond the headroom of the centers' frame: handed over.
     X[5] = 1e300
     assert (
-        fedkmeans._lloyd_pass_compiled(
+        lloyd._lloyd_pass_compiled(
             X, centers, reference, factor, previous, *out, squares, 0, 1, True
         )
         < 0
@@ -242,7 +243,7 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
 def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads):
     # 3.5 blocks of rows: each block adds its rows in order, then the blocks
     # are added in block order; the floats do not depend on the threads.
-    block = fedkmeans._BLOCK
+    block = lloyd._BLOCK
     # Block b's rows spread over 1e4**b: adding the same rows in another order
     # (all in row order, or the blocks reversed) changes the floats, as the
     # end of the test checks. (No offset: rows near 1.7e9 would make every
@@ -251,8 +252,8 @@ def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads):
     rng_rows = np.random.RandomState(0).standard_normal((n, 3))
     X = rng_rows * 1e4 ** (np.arange(n) // block)[:, None]
     centers = np.vstack([X[:3] * 1e-3, [[1e30] * 3]])
-    one = fedkmeans.lloyd_pass(X, centers, n_threads=1)
-    many = fedkmeans.lloyd_pass(X, centers, n_threads=n_threads)
+    one = lloyd.lloyd_pass(X, centers, n_threads=1)
+    many = lloyd.lloyd_pass(X, centers, n_threads=n_threads)
     for a, b in zip(one, many):
         np.testing.assert_array_equal(a, b)
     labels = one[0]

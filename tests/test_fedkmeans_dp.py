@@ -16,14 +16,13 @@ from sklearn.metrics import adjusted_rand_score
 from skfedclust import FederatedKMeans
 from skfedclust.clusterers import nearest_center
 from skfedclust.federation import Party
-from skfedclust.methods._fedkmeans import (
+from skfedclust.methods._fedkmeans import FederatedKMeansError
+from skfedclust.methods._fedkmeans_dp import DPPlan, su_iterations
+from skfedclust.methods._fedkmeans_steps import (
     TAG_CENTERS,
-    DPPlan,
-    FederatedKMeansError,
     dp_inertia_exact,
     dp_lloyd_exact,
     dp_moments_exact,
-    su_iterations,
 )
 from skfedclust.secure import PrivacyLeakWarning
 from skfedclust.utils.protocol_checks import recording_runtime
@@ -264,9 +263,9 @@ def test_with_secure_sums_each_client_adds_its_share_and_the_sum_holds_the_whole
 
 @pytest.fixture(autouse=True)
 def _record_totals(monkeypatch):
-    from skfedclust.methods import _fedkmeans
+    from skfedclust.methods import _fedkmeans_dp
 
-    original = _fedkmeans._dp_centers
+    original = _fedkmeans_dp._dp_centers
 
     def spy(centers, sums, counts, plan, noise):
         from skfedclust.utils._protocol_checks import RecordingRuntime
@@ -276,17 +275,18 @@ def _record_totals(monkeypatch):
             runtime.__dict__.setdefault("dp_totals", []).append((sums.copy(), counts.copy()))
         return original(centers, sums, counts, plan, noise)
 
-    monkeypatch.setattr(_fedkmeans, "_dp_centers", spy)
+    monkeypatch.setattr(_fedkmeans_dp, "_dp_centers", spy)
 
 
 def test_the_per_client_noise_share_follows_min_clients():
+    from skfedclust.methods._fedkmeans_dp import client_noise_factor
+
     km = FederatedKMeans(privacy="dp", min_clients=2)
-    assert km._noise_factor(list(range(5))) == pytest.approx(1 / math.sqrt(2))
-    assert FederatedKMeans(privacy="dp")._noise_factor(list(range(5))) == pytest.approx(
-        1 / math.sqrt(3)
-    )
+    assert client_noise_factor(km, list(range(5))) == pytest.approx(1 / math.sqrt(2))
+    default = FederatedKMeans(privacy="dp")
+    assert client_noise_factor(default, list(range(5))) == pytest.approx(1 / math.sqrt(3))
     clear = FederatedKMeans(privacy="dp", secure_aggregation=False)
-    assert clear._noise_factor(list(range(5))) == 1.0
+    assert client_noise_factor(clear, list(range(5))) == 1.0
 
 
 # --------------------------------------------------------------------------- #
@@ -388,7 +388,7 @@ def test_without_privacy_no_budget_is_reported():
 
 
 def test_a_cluster_with_a_count_lost_in_noise_keeps_its_center():
-    from skfedclust.methods._fedkmeans import _dp_centers
+    from skfedclust.methods._fedkmeans_dp import _dp_centers
 
     plan = DPPlan(
         -1.0 * np.ones(2), np.ones(2), epsilon=1.0, delta=1e-5, n_starts=1, n_iter=2, moments=False
@@ -408,7 +408,7 @@ def test_a_cluster_with_a_count_lost_in_noise_keeps_its_center():
 # The sphere-packing start
 # --------------------------------------------------------------------------- #
 def test_sphere_packing_spreads_centers_in_the_box_without_reading_rows():
-    from skfedclust.methods._fedkmeans import sphere_packing_centers
+    from skfedclust.methods._fedkmeans_dp import sphere_packing_centers
 
     lower, upper = np.array([-1.0, 0.0, 5.0]), np.array([1.0, 4.0, 6.0])
     centers = sphere_packing_centers(lower, upper, 6, np.random.RandomState(0))
@@ -459,7 +459,7 @@ def test_dp_with_every_other_parameter_at_its_default_finds_k_clusters(seed):
 
 
 def test_a_cluster_lost_in_the_noise_is_moved_next_to_the_largest_one():
-    from skfedclust.methods._fedkmeans import _relocate_unreliable
+    from skfedclust.methods._fedkmeans_dp import _relocate_unreliable
 
     plan = DPPlan(
         np.zeros(2),

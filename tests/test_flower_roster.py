@@ -556,7 +556,7 @@ def test_two_nodes_shown_different_rosters_cannot_read_each_other(tmp_path):
         # DC's intermediate representation is every row through the party's map.
         ("skfedclust.methods._dc:dc_party_intermediate", {}),
         # a step of FederatedKMeans, another method again
-        ("skfedclust.methods._fedkmeans:fedkmeans_far_rows", {}),
+        ("skfedclust.methods._fedkmeans_steps:fedkmeans_far_rows", {}),
     ],
 )
 def test_a_node_runs_only_the_steps_of_the_method_it_agreed_to(nodes, step, public):

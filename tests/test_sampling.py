@@ -12,7 +12,7 @@ import pytest
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.federation._policy import NodePolicy
-from skfedclust.methods._fedkmeans import TAG_CENTERS, fedkmeans_lloyd_statistics
+from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_lloyd_statistics
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._sampling import (
     TAG_COMMITS,

@@ -78,10 +78,15 @@ def test_every_step_belongs_to_a_method_or_is_shared(steps):
     assert {step.method for step in steps} <= set(estimators) | {SHARED}
     for step in steps:
         if step.method != SHARED:
-            assert estimators[step.method].__module__ == step.module
+            cls = estimators[step.method]
+            assert step.module in (cls.__module__, *getattr(cls, "_client_step_modules", ()))
     by_name = {step.qualified_name: step for step in steps}
     assert by_name["skfedclust.methods._fedsc:fedsc_rows"].method == "FedSpectralClustering"
     assert by_name["skfedclust.methods._dc:dc_party_intermediate"].method == "DCClustering"
+    # A method's own step module; a module that defines another method stays that one's.
+    lloyd = by_name["skfedclust.methods._fedkmeans_steps:fedkmeans_lloyd_statistics"]
+    assert lloyd.method == "FederatedKMeans"
+    assert by_name["skfedclust.methods._kfed:kfed_local_centers"].method == "KFed"
     assert by_name["skfedclust.secure._moments:moments_rows"].method == SHARED
     assert by_name["skfedclust.metrics:silhouette_sum_step"].method == SHARED
     # Grouped: each method's steps are together, the shared ones last.
@@ -138,7 +143,7 @@ def test_functions_that_are_not_client_steps_are_not_listed(steps):
         # Server side: the runtime comes first.
         "skfedclust.methods._centroid_steps:secure_lloyd_step",
         # Helpers of a step, helpers of the runtime.
-        "skfedclust.methods._fedkmeans:dp_moments_exact",
+        "skfedclust.methods._fedkmeans_steps:dp_moments_exact",
         "skfedclust.federation._runtime:resolve_client_step",
         "skfedclust.federation._runtime:bound_only",
         "skfedclust.utils._step_audit:client_steps",

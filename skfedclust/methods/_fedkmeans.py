@@ -14,418 +14,56 @@ import numbers
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 from joblib import parallel_config
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..clusterers import nearest_center, normalized_frame, squared_distances
-from ..federation import Federation, InProcessRuntime, Reply, bound_only, summand
-from ..federation._inputs import MAX_MAGNITUDE, float32_input, input_form
+from ..clusterers import squared_distances
+from ..federation import Federation, InProcessRuntime
+from ..federation._inputs import float32_input, input_form
 from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
-from ..federation._runtime import thread_pool
-from ..secure import PrivacyAccountant, PrivacyLeakWarning, SumChannel, gaussian_sigma
+from ..secure import SumChannel
 from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
-from ..secure._node_dp import charge_node, private_normal
 from ..secure._sampling import (
     TAG_COMMITS,
     TAG_REVEALS,
     TAG_SAMPLE,
-    check_sampled,
     public_sample,
     sampling_commit_step,
     sampling_reveal_step,
     sampling_seed,
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._centroid_steps import cluster_means
+from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
+from ._fedkmeans_steps import (
+    TAG_CENTERS,
+    TAG_FARTHEST,
+    TAG_FARTHEST_PICK,
+    TAG_RELOCATE,
+    fedkmeans_callable_local_centers,
+    fedkmeans_far_rows,
+    fedkmeans_farthest_rows,
+    fedkmeans_final_labels,
+    fedkmeans_inertia,
+    fedkmeans_largest_distances,
+    fedkmeans_lloyd_statistics,
+    fedkmeans_nearest_distances,
+    fedkmeans_score_inertia,
+)
 from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
 
-try:  # the fused Lloyd pass runs compiled, without the GIL
-    import numba
-except ImportError:  # pragma: no cover - exercised only without numba
-    numba = None
+#: Restarts of the server's weighted k-means++ on the local centers
+#: (``init="k-fed-weighted"``): server work only, no message.
+SERVER_RESTARTS = 10
 
 __all__ = ["FederatedKMeans"]
-
-TAG_CENTERS = "centers"
-TAG_RELOCATE = "relocation request"
-TAG_FARTHEST = "farthest rows request"
-TAG_FARTHEST_PICK = "farthest rows picked"
-#: Key of a client's labels of the last Lloyd iteration in its private state.
-_LABELS = "fedkmeans: labels"
-_FARTHEST = "fedkmeans: farthest rows"
-#: Key of a client's per-column least and greatest values (its own, kept).
-_COLUMN_RANGE = "fedkmeans: column range"
-#: Safety factor of every public bound: covers the rounding of the clients'
-#: floating-point sums and near-ties of the nearest center (one bit of 62).
-_MARGIN = 2.0
 
 
 class FederatedKMeansError(RuntimeError):
     """A federated k-means fit that cannot go on (too few clients answered)."""
-
-
-# --------------------------------------------------------------------------- #
-# Client steps
-# --------------------------------------------------------------------------- #
-def _cluster_sums(values, labels, n_clusters):
-    # A sparse one-hot product: O(n d) in one pass, and a fixed summation order
-    # (unlike a BLAS product, whose order may depend on its threads), so every
-    # runtime adds up the same floats.
-    n = len(labels)
-    onehot = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_clusters, n))
-    return np.asarray(onehot @ values)
-
-
-def _lloyd_pass_numpy(data, centers, previous):
-    """One Lloyd pass in NumPy: labels, deviation sums, counts, inertia, changed labels."""
-    k = centers.shape[0]
-    labels = nearest_center(data, centers)
-    deviations = data - centers[labels]
-    sums = _cluster_sums(deviations, labels, k)
-    counts = np.bincount(labels, minlength=k).astype(np.int64)
-    inertia = np.bincount(
-        labels, weights=np.einsum("ij,ij->i", deviations, deviations), minlength=k
-    )
-    changed = data.shape[0] if previous is None else np.count_nonzero(previous != labels)
-    return labels, sums, counts, inertia, int(changed)
-
-
-#: Rows scored per BLAS product in the compiled pass (scikit-learn's chunk):
-#: the chunk stays in cache while its rows are labelled and added up.
-_CHUNK = 256
-#: Rows per block of the pass: each block adds up its own statistics, and the
-#: blocks' statistics are then added in block order, so the floats do not
-#: depend on how many threads share the blocks.
-_BLOCK = 8 * _CHUNK
-#: Rows may lie up to ``2**_HEADROOM`` times farther from the centers' midpoint
-#: than the centers before the compiled pass hands over to ``nearest_center``
-#: (which then scales by the rows); the same threshold as ``nearest_center``.
-_HEADROOM = 500
-#: Clients with fewer rows take the NumPy pass: one block's statistics are the
-#: same floats either way, and a small fit does not wait seconds for the
-#: compilation (the first fit of a fresh install otherwise spends them here).
-_COMPILED_MIN_ROWS = _BLOCK
-
-
-def _lloyd_pass_loops(
-    data, centers, reference, factor, previous, labels, sums, counts, squares, first, step, check
-):
-    """Blocks ``first, first + step, ...`` of a Lloyd pass, fused, in ``nearest_center``'s frame.
-
-    Rows and centers are translated to ``reference`` and scaled by the power
-    of two ``factor``; a row goes to the center of least ``||c||^2/2 - x.c``
-    (ties to the lowest index), scored a chunk at a time by one BLAS product.
-    In the same pass, while the chunk is in cache, each row's deviation from
-    its center (in the data's units, so a large offset costs no precision) is
-    added to its cluster's sums and squares of its block (``sums[b]``,
-    ``counts[b]``, ``squares[b]`` for block ``b`` of :data:`_BLOCK` rows), in
-    row order. Returns the number of the blocks' rows whose label differs
-    from ``previous`` (every row if ``previous[0] < 0``), or -1 when a
-    translated row is not finite or lies beyond the headroom: the caller then
-    labels the rows by ``nearest_center``, which rescales by the rows. The
-    caller that knows every row is within the headroom passes ``check=False``
-    (the check costs a fifth of the pass).
-    """
-    n, d = data.shape
-    k = centers.shape[0]
-    scaled = np.empty((d, k))
-    half = np.zeros(k)
-    for c in range(k):
-        for j in range(d):
-            v = (centers[c, j] - reference[j]) * factor
-            scaled[j, c] = v
-            half[c] += v * v
-    for c in range(k):
-        half[c] *= 0.5
-    limit = 2.0**_HEADROOM
-    rows = np.empty((_CHUNK, d))
-    scores = np.empty((_CHUNK, k))
-    deviation = np.empty(d)
-    fresh = n > 0 and previous[0] < 0
-    changed = 0
-    n_blocks = (n + _BLOCK - 1) // _BLOCK
-    for b in range(first, n_blocks, step):
-        block_sums = sums[b]
-        block_counts = counts[b]
-        block_squares = squares[b]
-        for start in range(b * _BLOCK, min(n, (b + 1) * _BLOCK), _CHUNK):
-            m = min(_CHUNK, n - start)
-            if check:
-                within = True
-                for i in range(m):
-                    for j in range(d):
-                        v = (data[start + i, j] - reference[j]) * factor
-                        rows[i, j] = v
-                        # False for NaN too.
-                        within &= abs(v) < limit
-                if not within:
-                    return -1
-            else:
-                for i in range(m):
-                    for j in range(d):
-                        rows[i, j] = (data[start + i, j] - reference[j]) * factor
-            if m == _CHUNK:
-                np.dot(rows, scaled, scores)
-            else:
-                scores[:m] = np.dot(rows[:m], scaled)
-            for i in range(m):
-                best = 0
-                low = half[0] - scores[i, 0]
-                for c in range(1, k):
-                    s = half[c] - scores[i, c]
-                    if s < low:
-                        low = s
-                        best = c
-                labels[start + i] = best
-                if fresh or previous[start + i] != best:
-                    changed += 1
-                block_counts[best] += 1
-                # Three loops over a buffer vectorise where one loop does not.
-                for j in range(d):
-                    deviation[j] = data[start + i, j] - centers[best, j]
-                for j in range(d):
-                    block_sums[best, j] += deviation[j]
-                for j in range(d):
-                    block_squares[best, j] += deviation[j] * deviation[j]
-    return changed
-
-
-if numba is not None:
-    # nogil: clients, and the blocks of one client, run side by side on threads.
-    _lloyd_pass_compiled = numba.njit(cache=True, nogil=True)(_lloyd_pass_loops)
-else:  # pragma: no cover - exercised only without numba
-    _lloyd_pass_compiled = None
-
-
-def _run_pass(arguments, check, n_blocks, n_threads):
-    """The compiled pass over every block, on up to ``n_threads`` threads."""
-    n_threads = max(1, min(int(n_threads), n_blocks))
-    if n_threads == 1:
-        return _lloyd_pass_compiled(*arguments, 0, 1, check)
-    # The calling thread takes the first share itself: a pool thread woken for
-    # it would start a fraction of a millisecond late, as long as a client's pass.
-    pool = thread_pool(n_threads - 1)
-    others = [
-        pool.submit(_lloyd_pass_compiled, *arguments, first, n_threads, check)
-        for first in range(1, n_threads)
-    ]
-    results = [_lloyd_pass_compiled(*arguments, 0, n_threads, check)]
-    results += [future.result() for future in others]
-    return -1 if min(results) < 0 else sum(results)
-
-
-def lloyd_pass(data, centers, previous=None, n_threads=1, column_range=None):
-    """Labels and per-cluster statistics of one Lloyd iteration on a client's rows.
-
-    Parameters
-    ----------
-    data : ndarray of shape (n_samples, n_features)
-    centers : ndarray of shape (n_clusters, n_features)
-    previous : ndarray of shape (n_samples,) or None
-        The labels of the last iteration (``None``: every row counts as changed).
-    n_threads : int, default=1
-        Threads sharing the blocks of rows. The statistics are added up per
-        block of 2,048 rows and the blocks' in block order, so they are the
-        same floats for any number of threads.
-    column_range : tuple of two ndarray of shape (n_features,), default=None
-        The least and greatest value of each column of ``data`` (finite),
-        which a client computes once: when they show every row within the
-        headroom of the centers' frame, the pass skips its per-value check.
-
-    Returns
-    -------
-    labels : ndarray of shape (n_samples,)
-        Nearest center of each row (ties to the lowest index), compared in the
-        frame of :func:`~skfedclust.clusterers.nearest_center`; the two can
-        differ only where rounding decides a near-tie.
-    sums : ndarray of shape (n_clusters, n_features)
-        Per cluster, the sum of its rows' deviations from its center.
-    counts : ndarray of shape (n_clusters,)
-    inertia : ndarray of shape (n_clusters,)
-        Per cluster, the sum of its rows' squared distances to its center.
-    changed : int
-        Rows whose label differs from ``previous``.
-    """
-    data = np.ascontiguousarray(data, dtype=np.float64)
-    # Writable copies of the small arguments: every read-only combination
-    # would be compiled apart (seconds each).
-    centers = np.array(centers, dtype=np.float64, order="C")
-    n, d = data.shape
-    k = centers.shape[0]
-    if _lloyd_pass_compiled is not None and n >= max(_COMPILED_MIN_ROWS, 1) and k >= 2:
-        # The frame of nearest_center when the rows lie within the headroom.
-        reference, _ = normalized_frame(centers)
-        with np.errstate(over="ignore", invalid="ignore"):
-            extent = np.abs(centers - reference).max()
-        exponent = int(np.frexp(extent)[1]) if np.isfinite(extent) and extent > 0 else None
-        # A subnormal extent would need a factor beyond the float range.
-        if exponent is not None and exponent > -1000:
-            factor = math.ldexp(1.0, -exponent)
-            n_blocks = -(-n // _BLOCK)
-            labels = np.empty(n, dtype=np.intp)
-            sums = np.zeros((n_blocks, k, d))
-            counts = np.zeros((n_blocks, k), dtype=np.int64)
-            squares = np.zeros((n_blocks, k, d))
-            if previous is None:
-                before = np.full(1, -1, dtype=np.intp)
-            else:
-                before = np.require(previous, dtype=np.intp, requirements=["C", "W"])
-            arguments = (data, centers, reference, factor, before, labels, sums, counts, squares)
-            check = column_range is None or not _within_headroom(column_range, reference, factor)
-            changed = _run_pass(arguments, check, n_blocks, n_threads)
-            if changed >= 0:
-                return (
-                    labels,
-                    _add_blocks(sums),
-                    counts.sum(axis=0),
-                    _add_blocks(squares).sum(axis=1),
-                    int(changed),
-                )
-    return _lloyd_pass_numpy(data, centers, previous)
-
-
-def _within_headroom(column_range, reference, factor):
-    """Whether rows within ``column_range`` lie within the headroom of the frame."""
-    lower, upper = column_range
-    with np.errstate(over="ignore", invalid="ignore"):
-        extent = np.maximum(np.abs(lower - reference), np.abs(upper - reference)).max() * factor
-    # Half the headroom: rounding of the translated values stays far from it.
-    return bool(extent < 2.0 ** (_HEADROOM - 1))
-
-
-def _add_blocks(per_block):
-    """The blocks' statistics added in block order (one block: itself, bit for bit)."""
-    total = per_block[0].copy()
-    for block in per_block[1:]:
-        total += block
-    return total
-
-
-def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clusters):
-    """Client step of a callable ``init``: its centers of the client's own rows.
-
-    Called as scikit-learn's ``KMeans`` calls it, ``init(X, n_clusters,
-    random_state)``, on the client's rows, with ``min(n_clusters, n_rows)``
-    clusters and the client's public seed; the server aggregates the local
-    centers as ``init="k-fed-weighted"`` does. Sent as ``(centers, sizes, 0)``,
-    the sizes those of the centers' local clusters on the client's rows.
-    """
-    k = min(int(n_clusters), data.shape[0])
-    centers = np.asarray(init(data, k, np.random.RandomState(party.seed)), dtype=np.float64)
-    if centers.shape != (k, data.shape[1]) or not np.all(np.isfinite(centers)):
-        raise ValueError(
-            f"the callable init returned an array of shape {centers.shape} on client "
-            f"{party.index}; expected ({k}, {data.shape[1]}) finite centers"
-        )
-    sizes = np.bincount(nearest_center(data, centers), minlength=k).astype(np.int64)
-    return Reply(send=(centers, sizes, np.int64(0)))
-
-
-@summand
-def fedkmeans_lloyd_statistics(data, inbox, state, party):
-    """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
-
-    Each row goes to its nearest center among those the server sent. Sent:
-    per cluster the sum of the rows' deviations from their center (so a
-    large common offset costs no precision), the number of rows and their
-    squared distances, and how many of the client's rows changed cluster
-    since its last iteration (all of them the first time).
-    """
-    sampled = check_sampled(inbox, state, party)
-    column_range = state.get(_COLUMN_RANGE)
-    if column_range is None and data.shape[0]:
-        column_range = (data.min(axis=0), data.max(axis=0))
-    labels, sums, counts, inertia, changed = lloyd_pass(
-        data,
-        inbox[TAG_CENTERS],
-        state.get(_LABELS),
-        n_threads=party.n_threads,
-        column_range=column_range,
-    )
-    return Reply(
-        send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
-        keep={_LABELS: labels, _COLUMN_RANGE: column_range, **sampled},
-        # In the clear, a center the server placed to catch one row gives it
-        # that row back: the node's policy searches the means for its rows.
-        reveals=lambda: cluster_means(inbox[TAG_CENTERS], sums, counts),
-    )
-
-
-@summand
-def fedkmeans_far_rows(data, inbox, state, party):
-    """Client step of the empty-cluster rule: statistics of the far rows of donor clusters.
-
-    The server names donor clusters, their centers of the last iteration and
-    a squared-distance threshold each (the donor's mean squared distance);
-    the client sends, per donor, the sum of the deviations from the donor's
-    center of its rows in that cluster lying beyond the threshold, and how
-    many there are.
-    """
-    request = inbox[TAG_RELOCATE]
-    labels = state[_LABELS]
-    donors = np.asarray(request["donors"], dtype=np.intp)
-    centers = np.asarray(request["centers"], dtype=np.float64)
-    thresholds = np.asarray(request["thresholds"], dtype=np.float64)
-    sums = np.zeros((len(donors), data.shape[1]))
-    counts = np.zeros(len(donors), dtype=np.int64)
-    for i, j in enumerate(donors):
-        deviations = data[labels == j] - centers[i]
-        far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
-        sums[i] = deviations[far].sum(axis=0)
-        counts[i] = np.count_nonzero(far)
-    return Reply(send=(sums, counts), reveals=lambda: cluster_means(centers, sums, counts))
-
-
-def _own_farthest(data, centers, labels, n):
-    """The ``n`` rows farthest from their centers: largest first, later rows first on ties."""
-    deviations = data - centers[labels]
-    squared = np.einsum("ij,ij->i", deviations, deviations)
-    order = np.lexsort((-np.arange(len(squared)), -squared))[:n]
-    return order, squared[order]
-
-
-def _check_rows_may_leave(party):
-    """scikit-learn's relocation sends rows and row-level distances: only where rows may leave.
-
-    The coordinator chooses how many distances and rows it asks for (any of
-    the node's), so a node whose policy refuses raw rows refuses both steps,
-    whatever their arguments.
-    """
-    if party.policy.refuse_raw_rows:
-        raise PermissionError(
-            "refuse-raw-rows: empty_clusters='farthest-row' sends this node's largest "
-            "distances and farthest rows; its policy keeps rows in"
-        )
-
-
-def fedkmeans_largest_distances(data, inbox, state, party):
-    """Client step of scikit-learn's empty-cluster rule: the client's largest squared distances.
-
-    Sends the ``n_empty`` largest squared distances of its rows to their
-    centers (of this iteration, sent with the request), largest first.
-    """
-    _check_rows_may_leave(party)
-    request = inbox[TAG_FARTHEST]
-    centers = np.asarray(request["centers"], dtype=np.float64)
-    order, squared = _own_farthest(data, centers, state[_LABELS], int(request["n_empty"]))
-    return Reply(send=squared, keep={_FARTHEST: order})
-
-
-def fedkmeans_farthest_rows(data, inbox, state, party):
-    """Client step: the rows the server picked among the client's farthest, with their clusters.
-
-    The rows themselves leave the client (scikit-learn's rule moves an
-    empty cluster onto a row); a deployed node's default policy refuses.
-    """
-    _check_rows_may_leave(party)
-    m = int(inbox[TAG_FARTHEST_PICK])
-    order = state[_FARTHEST][:m]
-    return Reply(send=(data[order], state[_LABELS][order].astype(np.int64)))
 
 
 def _farthest_picks(distances, *, n_empty):
@@ -463,282 +101,6 @@ def _move_to_farthest_rows(rows, *, centers, sums, counts, empty):
     filled = counts > 0
     new[filled] = centers[filled] + sums[filled] / counts[filled, None]
     return new
-
-
-@summand
-def fedkmeans_inertia(data, inbox, state, party, *, output):
-    """Client step: squared distances of the rows to their nearest center, summed.
-
-    With ``output`` the client also hands its user the labels of its rows
-    (the final labelling of the fit).
-    """
-    centers = np.asarray(inbox[TAG_CENTERS])
-    labels = nearest_center(data, centers)
-    deviations = data - centers[labels]
-    inertia = np.array([np.einsum("ij,ij->", deviations, deviations)])
-    return Reply(send=inertia, output={"labels": labels} if output else None)
-
-
-@bound_only
-def fedkmeans_nearest_distances(data, inbox, state, party, *, centers):
-    """Client step for bound agreement: each row's squared distance to its nearest center."""
-    return Reply(send=squared_distances(data, np.asarray(centers)).min(axis=1))
-
-
-@summand
-def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
-    """Client step of ``score``: the squared distances of the rows to the model's centers."""
-    centers = np.asarray(centers)
-    deviations = data - centers[nearest_center(data, centers)]
-    return Reply(send=np.array([np.einsum("ij,ij->", deviations, deviations)]))
-
-
-# --------------------------------------------------------------------------- #
-# Differentially private Lloyd (privacy="dp")
-# --------------------------------------------------------------------------- #
-def fedkmeans_dp_extremes(data, inbox, state, party):
-    """Client step: per-feature minimum and maximum of the rows (bounds from the data)."""
-    return Reply(send=(data.min(axis=0), data.max(axis=0)))
-
-
-def dp_moments_exact(data, lower, upper):
-    """The column sums of the rows clipped to the box and centred on its midpoint, and of their
-    squares (before any noise)."""
-    lower, upper = np.asarray(lower), np.asarray(upper)
-    centred = np.clip(data, lower, upper) - (lower + upper) / 2
-    return centred.sum(axis=0), np.einsum("ij,ij->j", centred, centred)
-
-
-def dp_lloyd_exact(data, centers, lower, upper):
-    """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise."""
-    lower, upper = np.asarray(lower), np.asarray(upper)
-    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
-    # Deviations from the centers, moved to the midpoint: every row then adds
-    # at most half the box's diagonal, whatever the centers.
-    return sums + counts[:, None] * (centers - (lower + upper) / 2), counts
-
-
-def dp_inertia_exact(data, centers, lower, upper):
-    """The clipped rows' squared distances to their nearest center, summed (no noise)."""
-    clipped = np.clip(data, np.asarray(lower), np.asarray(upper))
-    deviations = clipped - centers[nearest_center(clipped, centers)]
-    return np.array([np.einsum("ij,ij->", deviations, deviations)])
-
-
-def _box_diagonal(lower, upper):
-    return float(np.linalg.norm(np.asarray(upper, dtype=np.float64) - np.asarray(lower)))
-
-
-@summand
-def fedkmeans_dp_moments(
-    data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares, noise_share
-):
-    """Client step of the private ``"random"`` start: noisy first and second moments.
-
-    Rows are clipped to the public box ``[lower, upper]`` and centred on its
-    midpoint; sent are the column sums of the centred rows and of their
-    squares. ``sigma_sums`` and ``sigma_squares`` are the noise each released
-    total holds, made of ``noise_share`` clients' shares: the node charges both
-    releases to its own accountant (sensitivities from the box), then adds its
-    share ``sigma / sqrt(noise_share)`` from its cryptographic generator.
-    """
-    width = np.asarray(upper, dtype=np.float64) - np.asarray(lower)
-    keep = charge_node(
-        state,
-        party,
-        [
-            ("column sums", _box_diagonal(lower, upper), sigma_sums),
-            (
-                "column sums of squares",
-                max(float(np.linalg.norm(width**2)) / 4.0, np.finfo(float).tiny),
-                sigma_squares,
-            ),
-        ],
-        noise_share,
-    )
-    sums, squares = dp_moments_exact(data, lower, upper)
-    share = 1.0 / math.sqrt(noise_share)
-    d = data.shape[1]
-    return Reply(
-        send=(
-            sums + private_normal(party, share * sigma_sums, d),
-            squares + private_normal(party, share * sigma_squares, d),
-        ),
-        keep=keep,
-    )
-
-
-@summand
-def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, noise_share):
-    """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
-
-    Rows are clipped to the public box, assigned to the nearest of the
-    server's centers, and summed per cluster around the box's midpoint. The
-    released sums hold Gaussian noise of standard deviation ``sigma``, the
-    counts ``2 sigma / ||w||`` (``w`` the box's width), so the pair is one
-    release of ``mu = ||w|| / sigma``: the node charges it to its own
-    accountant and adds its share of both noises (``noise_share`` clients'
-    shares make them up) from its cryptographic generator.
-    """
-    sampled = check_sampled(inbox, state, party)
-    diagonal = _box_diagonal(lower, upper)
-    keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], noise_share)
-    keep.update(sampled)
-    centers = np.asarray(inbox[TAG_CENTERS])
-    sums, counts = dp_lloyd_exact(data, centers, lower, upper)
-    share = 1.0 / math.sqrt(noise_share)
-    return Reply(
-        send=(
-            sums + private_normal(party, share * sigma, sums.shape),
-            counts + private_normal(party, share * 2.0 * sigma / diagonal, counts.shape),
-        ),
-        keep=keep,
-    )
-
-
-@summand
-def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, noise_share, output):
-    """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
-
-    The release (sensitivity ``||w||^2``) is charged to the node's own
-    accountant before its share of the noise is drawn. With ``output`` the
-    client also hands its user the labels of its rows (nearest center of the
-    rows as they are, as ``predict`` gives).
-    """
-    keep = charge_node(
-        state, party, [("inertia", _box_diagonal(lower, upper) ** 2, sigma)], noise_share
-    )
-    centers = np.asarray(inbox[TAG_CENTERS])
-    inertia = dp_inertia_exact(data, centers, lower, upper)
-    labels = nearest_center(data, centers) if output else None
-    return Reply(
-        send=inertia + private_normal(party, sigma / math.sqrt(noise_share), 1),
-        keep=keep,
-        output={"labels": labels} if output else None,
-    )
-
-
-#: Lloyd iterations of the private fit at most, and at least, under
-#: Restarts of the server's weighted k-means++ on the local centers
-#: (``init="k-fed-weighted"``): server work only, no message.
-SERVER_RESTARTS = 10
-
-#: ``dp_max_iter="auto"`` (the rule of Su et al. 2016, as diffprivlib uses).
-_DP_ITER_RANGE = (2, 7)
-#: Standard deviations of a client's noise within its fixed-point bound: the
-#: bound is exceeded with probability below 1e-340.
-_NOISE_HEADROOM = 40.0
-
-
-def sphere_packing_centers(lower, upper, n_clusters, random_state, *, retries=100):
-    """Centers spread in the box ``[lower, upper]``, chosen without looking at the data.
-
-    The initialisation of Su et al. (2016) that diffprivlib's ``KMeans``
-    uses: centers are drawn uniformly at least ``r`` inside the box and at
-    least ``2 r`` from each other, starting from ``r`` half the narrowest
-    width and halving ``r`` until ``retries`` draws in a row no longer fail
-    to place the next center. It reads no row, so it costs no privacy.
-    """
-    lower = np.asarray(lower, dtype=np.float64)
-    width = np.asarray(upper, dtype=np.float64) - lower
-    radius = float(width.min()) / 2.0
-    while radius > 0:
-        centers, failures = [], 0
-        while len(centers) < n_clusters and failures < retries:
-            step = random_state.random_sample(len(width)) * (width - 2 * radius)
-            candidate = lower + radius + step
-            nearest = (
-                np.sqrt(((np.array(centers) - candidate) ** 2).sum(axis=1).min()) if centers else 0
-            )
-            if centers and nearest < 2 * radius:
-                failures += 1
-                continue
-            centers.append(candidate)
-            failures = 0
-        if len(centers) == n_clusters:
-            return np.array(centers)
-        radius /= 2.0
-    # A box flat in some feature: uniform draws within it.
-    return lower + random_state.random_sample((n_clusters, len(width))) * width
-
-
-def su_iterations(epsilon, n_samples, n_features, n_clusters, rho=0.225):
-    """Lloyd iterations for a private k-means at ``epsilon``: Su et al.'s rule.
-
-    Su, Cao, Li, Bertino and Jin ("Differentially private k-means
-    clustering", CODASPY 2016) estimate the budget one iteration needs,
-    ``epsilon_m = sqrt(500 k^3 / n^2 (d + (4 d rho^2)^(1/3))^3)``, and run
-    ``epsilon / epsilon_m`` iterations, between 2 and 7 (diffprivlib's
-    ``KMeans`` uses the same rule).
-    """
-    k, n, d = n_clusters, max(n_samples, 1), n_features
-    per_iteration = math.sqrt(500 * k**3 / n**2 * (d + (4 * d * rho**2) ** (1 / 3)) ** 3)
-    low, high = _DP_ITER_RANGE
-    return int(max(min(epsilon / per_iteration, high), low))
-
-
-class DPPlan:
-    """Noise of every release of a private federated k-means fit (replace-one neighbours).
-
-    Rows are clipped to the public box ``[lower, upper]`` of width ``w``;
-    every release is a Gaussian mechanism, and the ``compositions`` releases
-    of the fit share the budget equally (each is ``mu``-GDP with the same
-    ``mu``), so the fit is ``(epsilon, delta)``-DP exactly.
-
-    - Per Lloyd iteration, the per-cluster sums of the rows centred on the
-      box's midpoint, noise ``sigma``, and the counts, noise ``2 sigma /
-      ||w||``: replacing a row moves a sum by at most ``||w||`` (same
-      cluster, counts unchanged) or two sums by ``||w|| / 2`` each and two
-      counts by one (another cluster), ``||w||^2 / (2 sigma^2) + 2 ||w||^2 /
-      (4 sigma^2)``; both cases give ``mu = ||w|| / sigma``.
-    - The inertia, noise ``sigma_inertia``: each row adds at most ``||w||^2``
-      (the centers stay in the box).
-    - With the ``"random"`` start, the column sums of the centred rows
-      (sensitivity ``||w||``) and of their squares (``||w^2|| / 4``), each
-      taking half of one release's ``mu^2``.
-    """
-
-    def __init__(self, lower, upper, *, epsilon, delta, n_starts, n_iter, moments):
-        self.lower = np.asarray(lower, dtype=np.float64)
-        self.upper = np.asarray(upper, dtype=np.float64)
-        width = self.upper - self.lower
-        self.diagonal = float(np.linalg.norm(width))
-        self.n_iter = int(n_iter)
-        self.moments = bool(moments)
-        self.compositions = n_starts * (self.n_iter + 1) + int(self.moments)
-        c = self.compositions
-        self.sigma = gaussian_sigma(self.diagonal, epsilon, delta, c)
-        self.sigma_counts = 2.0 * self.sigma / self.diagonal
-        self.sigma_inertia = gaussian_sigma(self.diagonal**2, epsilon, delta, c)
-        self.squares_sensitivity = float(np.linalg.norm(width**2)) / 4.0
-        self.sigma_moment_sums = gaussian_sigma(self.diagonal, epsilon, delta, 2 * c)
-        self.sigma_moment_squares = gaussian_sigma(
-            max(self.squares_sensitivity, np.finfo(float).tiny), epsilon, delta, 2 * c
-        )
-
-    @property
-    def midpoint(self):
-        return (self.lower + self.upper) / 2
-
-    def noisy_sum(self, adder, step, **public):
-        """The sum of a noisy client ``step`` on rows clipped to the box."""
-        return adder.sum(step, lower=self.lower, upper=self.upper, **public)
-
-    def clip_centers(self, centers):
-        """Centers back in the box (post-processing: costs no privacy)."""
-        return np.clip(centers, self.lower, self.upper)
-
-    def scales(self):
-        """The standard deviations of the noise in every released sum."""
-        scales = {
-            "sums": self.sigma,
-            "counts": self.sigma_counts,
-            "inertia": self.sigma_inertia,
-        }
-        if self.moments:
-            scales["moment sums"] = self.sigma_moment_sums
-            scales["moment squares"] = self.sigma_moment_squares
-        return scales
 
 
 # --------------------------------------------------------------------------- #
@@ -794,64 +156,72 @@ def _relocate_empty(centers, new, sums, counts, inertia, far):
     return new
 
 
-def _combine_extremes(received):
-    """Server step: the box of the pooled rows from the clients' extremes."""
-    uploads = received.list()
-    lower = np.min([u[0] for u in uploads], axis=0)
-    upper = np.max([u[1] for u in uploads], axis=0)
-    return lower, upper
-
-
-def _dp_centers(centers, sums, counts, plan, noise):
-    """New centers from noisy per-cluster sums and counts, kept in the box.
-
-    A cluster whose noisy count is below ``max(1, 3 noise)`` (``noise`` the
-    standard deviation of the counts' noise) keeps its center: its mean would
-    be mostly noise.
-    """
-    new = np.array(centers, dtype=np.float64, copy=True)
-    reliable = counts >= max(1.0, 3.0 * noise)
-    new[reliable] = plan.midpoint + sums[reliable] / counts[reliable, None]
-    return plan.clip_centers(new)
-
-
-def _relocate_unreliable(new, counts, noise, plan):
-    """Move the centers of clusters lost in the noise next to the largest clusters' centers.
-
-    A cluster whose noisy count is below ``max(1, 3 noise)`` would keep its
-    center for good (an empty cluster). Each takes the place of a split of
-    the cluster with the largest noisy count that is not split yet: the
-    donor's new center moved by a sixteenth of the box's widest side
-    divided by the number of clusters, the donor's moved back as far. Only
-    released values (noisy counts, the new centers) and the public box are
-    read: post-processing, at no privacy cost.
-
-    Returns
-    -------
-    centers : ndarray
-    relocated : int
-        How many centers moved.
-    """
-    unreliable = np.flatnonzero(counts < max(1.0, 3.0 * noise))
-    if not unreliable.size:
-        return new, 0
-    widest = int(np.argmax(plan.upper - plan.lower))
-    step = np.zeros(new.shape[1])
-    step[widest] = (plan.upper[widest] - plan.lower[widest]) / (16.0 * len(new))
-    donors = [int(j) for j in np.argsort(-counts, kind="stable") if j not in set(unreliable)]
-    out = new.copy()
-    for empty, donor in zip(unreliable, donors):
-        out[empty] = new[donor] + step
-        out[donor] = new[donor] - step
-    return plan.clip_centers(out), int(min(len(unreliable), len(donors)))
-
-
 def _donors(counts, inertia):
     """Donor clusters for the empty ones: the largest inertia first, two rows at least."""
     n_empty = int(np.count_nonzero(counts == 0))
     order = np.argsort(-inertia, kind="stable")
     able = [int(j) for j in order if counts[j] >= 2 and inertia[j] > 0]
     return able[:n_empty]
+
+
+class ExactIteration:
+    """One Lloyd iteration on exact sums (in the clear or secure): per-cluster statistics, then
+    new centers, empty clusters relocated.
+
+    The iteration of :meth:`FederatedKMeans._lloyd` without differential privacy.
+    With agreed bounds (``spread``), each sum gets public per-feature bounds
+    from the centers: every row lies within ``spread`` of ``rough``.
+    """
+
+    tag = "cluster statistics"
+    what = "per-cluster statistics"
+
+    def __init__(self, model, runtime, adder, active, rough, spread):
+        self.model, self.runtime, self.adder = model, runtime, adder
+        self.active, self.rough, self.spread = list(active), rough, spread
+        self.max_iter = model.max_iter
+        self._bounds = None
+
+    def statistics(self, centers, participants):
+        self._bounds = None
+        if self.spread is not None:
+            n_c = self.model._max_size(self.runtime, participants)
+            radius = nearest_radius(centers, self.rough, self.spread)
+            per_feature = feature_radius(centers, self.rough, self.spread, radius)
+            self._bounds = [_MARGIN * n_c * per_feature, None, _MARGIN * n_c * radius**2, None]
+        return self.adder.sum(
+            fedkmeans_lloyd_statistics,
+            tag=self.tag,
+            bounds=self._bounds,
+            clients=participants,
+        )
+
+    def new_centers(self, centers, total, survivors):
+        """New centers, and whether no row changed cluster (then Lloyd has converged)."""
+        sums, counts, inertia, changed = total
+        filled = counts > 0
+        new = centers.copy()
+        new[filled] = centers[filled] + sums[filled] / counts[filled, None]
+        everyone = survivors == self.active
+        if everyone and not filled.all():
+            new = self.model._relocate(
+                self.runtime,
+                self.adder,
+                centers,
+                new,
+                sums,
+                counts,
+                inertia,
+                survivors,
+                self._bounds,
+            )
+            # A relocated empty cluster holds rows again.
+            filled = filled | np.any(new != centers, axis=1)
+        self.model._n_filled = int(filled.sum())
+        return new, bool(everyone and int(changed[0]) == 0)
+
+    def finish(self):
+        pass
 
 
 # --------------------------------------------------------------------------- #
@@ -1117,7 +487,7 @@ class FederatedKMeans(
     """
 
     #: Its k-FED starts ("k-fed-weighted", "k-fed") run k-FED's local step on the nodes.
-    _client_step_modules = ("skfedclust.methods._kfed",)
+    _client_step_modules = ("skfedclust.methods._fedkmeans_steps", "skfedclust.methods._kfed")
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
@@ -1373,41 +743,25 @@ class FederatedKMeans(
             )
         return centers
 
-    def _lloyd(self, runtime, adder, centers, active, rough, spread, tol, random_state):
-        """One run of federated Lloyd from ``centers``: centers, iterations."""
+    def _lloyd(self, runtime, iteration, centers, active, tol):
+        """One run of federated Lloyd from ``centers``: centers, iterations.
+
+        The loop of every variant: ``iteration`` (an :class:`ExactIteration` or a
+        :class:`~skfedclust.methods._fedkmeans_dp.NoisyIteration`) says what the clients
+        sum and how the server moves the centers.
+        """
         n_iter = 0
         visited = set()
-        for i in range(self.max_iter):
+        for i in range(iteration.max_iter):
             participants = self._sample(runtime, active)
-            n_c = self._max_size(runtime, participants)
             runtime.broadcast(centers, tag=TAG_CENTERS, clients=participants)
-            bounds = None
-            if spread is not None:
-                radius = nearest_radius(centers, rough, spread)
-                per_feature = feature_radius(centers, rough, spread, radius)
-                bounds = [_MARGIN * n_c * per_feature, None, _MARGIN * n_c * radius**2, None]
-            runtime.stage(f"iteration {i + 1}: client step, per-cluster statistics")
-            (sums, counts, inertia, changed), survivors = adder.sum(
-                fedkmeans_lloyd_statistics,
-                tag="cluster statistics",
-                bounds=bounds,
-                clients=participants,
-            )
-            self._check_survivors("cluster statistics", participants, survivors)
+            runtime.stage(f"iteration {i + 1}: client step, {iteration.what}")
+            total, survivors = iteration.statistics(centers, participants)
+            self._check_survivors(iteration.tag, participants, survivors)
             n_iter = i + 1
             runtime.stage(f"iteration {i + 1}: server step, new centers")
-            filled = counts > 0
-            new = centers.copy()
-            new[filled] = centers[filled] + sums[filled] / counts[filled, None]
-            everyone = survivors == list(active)
-            if everyone and not filled.all():
-                new = self._relocate(
-                    runtime, adder, centers, new, sums, counts, inertia, survivors, bounds
-                )
-                # A relocated empty cluster holds rows again.
-                filled = filled | np.any(new != centers, axis=1)
-            self._n_filled = int(filled.sum())
-            if everyone and int(changed[0]) == 0:
+            new, converged = iteration.new_centers(centers, total, survivors)
+            if converged:
                 centers = new
                 break
             shift = float(((new - centers) ** 2).sum())
@@ -1421,6 +775,7 @@ class FederatedKMeans(
                 # iteration cycles, and nodes refuse a second sum of the same
                 # statistic over other clients (it would give away the difference).
                 break
+        iteration.finish()
         return centers, n_iter
 
     def _relocate(self, runtime, adder, centers, new, sums, counts, inertia, clients, bounds):
@@ -1493,7 +848,7 @@ class FederatedKMeans(
         with parallel_config(prefer="threads"):
             try:
                 if self.privacy == "dp":
-                    self._dp_protocol(runtime, random_state)
+                    private_fit(self, runtime, random_state)
                 else:
                     self.privacy_spent_ = self.privacy_accountant_ = None
                     self.noise_scales_ = {}
@@ -1557,15 +912,9 @@ class FederatedKMeans(
         self._agree_sampling(runtime, active, self.max_iter * len(starts))
         best = None
         for r, start in enumerate(starts):
+            iteration = ExactIteration(self, runtime, adder, active, rough, spread)
             centers, n_iter = self._lloyd(
-                runtime,
-                adder,
-                np.array(start, dtype=np.float64),
-                active,
-                rough,
-                spread,
-                tol,
-                random_state,
+                runtime, iteration, np.array(start, dtype=np.float64), active, tol
             )
             inertia = self._final_inertia(
                 runtime, adder, centers, active, rough, spread, output=len(starts) == 1
@@ -1580,262 +929,6 @@ class FederatedKMeans(
             runtime.run(fedkmeans_final_labels, tag="labels", clients=active)
 
     # ------------------------------------------------------------ private fit
-    def _dp_bounds(self, runtime, clients):
-        """The public box of the private fit: ``bounds``, or the data's (with a warning)."""
-        d = runtime.n_features
-        if self.bounds is None:
-            warnings.warn(
-                "privacy='dp' without bounds: each client sends its per-feature minimum and "
-                "maximum, which the (epsilon, delta) guarantee does not cover (privacy_spent_ "
-                "is None); pass public bounds=(lower, upper) to keep the data out of them",
-                PrivacyLeakWarning,
-                stacklevel=6,
-            )
-            runtime.stage("client step: per-feature extremes (bounds from the data)")
-            received = runtime.run(fedkmeans_dp_extremes, tag="data bounds", clients=clients)
-            lower, upper = runtime.server(_combine_extremes, received)
-        else:
-            if not isinstance(self.bounds, (tuple, list)) or len(self.bounds) != 2:
-                raise ValueError(
-                    "bounds must be a pair (lower, upper) of numbers or arrays of shape "
-                    f"(n_features,), got {self.bounds!r}"
-                )
-            try:
-                lower, upper = (
-                    np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy()
-                    for b in self.bounds
-                )
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"bounds must be a pair (lower, upper) of numbers or arrays of shape "
-                    f"({d},): {exc}"
-                ) from None
-        if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
-            raise ValueError("bounds must be finite")
-        if max(np.abs(lower).max(), np.abs(upper).max()) > MAX_MAGNITUDE:
-            raise ValueError(
-                f"bounds reach beyond {MAX_MAGNITUDE:.0e}, where the squared distances and the "
-                "noise of the private sums overflow float64: rescale the data and the bounds"
-            )
-        if np.any(lower > upper):
-            raise ValueError("bounds: every lower bound must be at most its upper bound")
-        if not np.any(upper > lower):
-            raise ValueError("bounds: the box has no width (every lower bound equals its upper)")
-        return lower, upper
-
-    def _dp_n_iter(self, runtime):
-        if self.dp_max_iter != "auto":
-            return int(self.dp_max_iter)
-        # Under replace-one neighbours the number of rows is public.
-        n = int(np.sum(runtime.client_sizes))
-        return su_iterations(self.epsilon, n, runtime.n_features, self.n_clusters)
-
-    def _noise_share(self, participants):
-        """How many clients' shares make up the noise of a sum (each adds ``1 / t`` of it)."""
-        if not self.secure_aggregation:
-            # Each client's upload reaches the server: each carries the whole noise.
-            return 1
-        needed = len(participants) // 2 + 1 if self.min_clients is None else self.min_clients
-        return int(min(needed, len(participants)))
-
-    def _noise_factor(self, participants):
-        """A client's share of the noise's standard deviation, ``1 / sqrt(t)``."""
-        return 1.0 / math.sqrt(self._noise_share(participants))
-
-    def _dp_protocol(self, runtime, random_state):
-        everyone = list(range(runtime.n_clients))
-        self._check_min_clients(runtime)
-        if callable(self.init):
-            raise ValueError(
-                "a callable init computes each client's local centers from its rows, which "
-                "no differential-privacy guarantee covers; with privacy='dp' use "
-                "init='sphere-packing', init='random' or an array of public centers"
-            )
-        if isinstance(self.init, str) and self.init in ("k-fed", "k-fed-weighted"):
-            raise ValueError(
-                f"init={self.init!r} uploads each client's local centers, which no differential-"
-                "privacy guarantee covers; with privacy='dp' use init='sphere-packing' (centers "
-                "spread in the bounds, no privacy cost), init='random' (drawn from private "
-                "moments) or an array of public centers"
-            )
-        lower, upper = self._dp_bounds(runtime, everyone)
-        random_start = isinstance(self.init, str) and self.init == "random"
-        n_starts = self.n_init if isinstance(self.init, str) else 1
-        plan = DPPlan(
-            lower,
-            upper,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            n_starts=n_starts,
-            n_iter=self._dp_n_iter(runtime),
-            moments=random_start,
-        )
-        accountant = PrivacyAccountant(self.epsilon, self.delta, "replace-one")
-        self.bounds_ = (lower, upper)
-        self.privacy_accountant_ = accountant
-        self.noise_scales_ = plan.scales()
-        adder = self._sum_channel(runtime, random_state)
-        self._agree_sampling(runtime, everyone, plan.n_iter * n_starts)
-        if adder.secure:
-            adder.aggregator.setup()
-        if random_start:
-            starts = self._dp_random_starts(
-                runtime, adder, plan, accountant, everyone, random_state
-            )
-        elif isinstance(self.init, str):  # "sphere-packing"
-            starts = [
-                sphere_packing_centers(lower, upper, self.n_clusters, random_state)
-                for _ in range(self.n_init)
-            ]
-        else:
-            starts = [plan.clip_centers(self._array_init(runtime))]
-        # scikit-learn's tolerance, on the variance of the box (public).
-        tol = self.tol * float(np.mean((upper - lower) ** 2)) / 12.0
-        best = None
-        for start in starts:
-            centers, n_iter = self._dp_lloyd(
-                runtime, adder, plan, accountant, start, everyone, tol, random_state
-            )
-            inertia = self._dp_inertia(
-                runtime, adder, plan, accountant, centers, everyone, output=len(starts) == 1
-            )
-            if best is None or inertia < best[0]:
-                best = (inertia, centers, n_iter)
-        self.inertia_, self.cluster_centers_, self.n_iter_ = best
-        # Bounds read from the data are a release no accountant covers: no
-        # (epsilon, delta) can be claimed for the fit.
-        self.privacy_spent_ = None if self.bounds is None else accountant.spent()
-        if len(starts) > 1:
-            runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=everyone)
-            runtime.stage("client step: nearest-center labels")
-            runtime.run(fedkmeans_final_labels, tag="labels", clients=everyone)
-
-    def _noisy_sum(self, plan, adder, step, tag, bounds, clients, **public):
-        """A noisy sum over ``clients``; too few answers end the fit."""
-        total, survivors = plan.noisy_sum(
-            adder, step, tag=tag, bounds=bounds, clients=clients, **public
-        )
-        self._check_survivors(tag, clients, survivors)
-        return total, survivors
-
-    def _dp_random_starts(self, runtime, adder, plan, accountant, clients, random_state):
-        """Gaussian starts around the private mean, with the private per-feature variance."""
-        factor = self._noise_factor(clients)
-        n_c = self._max_size(runtime, clients)
-        half = float(np.max(plan.upper - plan.lower)) / 2
-        bounds = [
-            _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma_moment_sums),
-            _MARGIN * (n_c * half**2 + _NOISE_HEADROOM * factor * plan.sigma_moment_squares),
-        ]
-        accountant.charge("column sums", sensitivity=plan.diagonal, sigma=plan.sigma_moment_sums)
-        accountant.charge(
-            "column sums of squares",
-            sensitivity=max(plan.squares_sensitivity, np.finfo(float).tiny),
-            sigma=plan.sigma_moment_squares,
-        )
-        runtime.stage("client step: private moments of the pooled rows")
-        (sums, squares), survivors = self._noisy_sum(
-            plan,
-            adder,
-            fedkmeans_dp_moments,
-            "private moments",
-            bounds,
-            clients,
-            sigma_sums=plan.sigma_moment_sums,
-            sigma_squares=plan.sigma_moment_squares,
-            noise_share=self._noise_share(clients),
-        )
-        # The number of rows is public under replace-one neighbours.
-        n = float(np.sum(np.asarray(runtime.client_sizes)[survivors]))
-        shift = sums / n
-        mean = plan.midpoint + shift
-        variance = np.clip(squares / n - shift**2, 0.0, ((plan.upper - plan.lower) / 2) ** 2)
-        k = self.n_clusters
-        return [
-            plan.clip_centers(
-                mean + np.sqrt(variance) * random_state.standard_normal((k, len(mean)))
-            )
-            for _ in range(self.n_init)
-        ]
-
-    def _dp_lloyd(self, runtime, adder, plan, accountant, centers, active, tol, random_state):
-        """``plan.n_iter`` private Lloyd iterations at most: centers, iterations."""
-        centers = np.array(centers, dtype=np.float64)
-        half = float(np.max(plan.upper - plan.lower)) / 2
-        n_iter = relocated = 0
-        visited = set()
-        for i in range(plan.n_iter):
-            participants = self._sample(runtime, active)
-            factor = self._noise_factor(participants)
-            n_c = self._max_size(runtime, participants)
-            runtime.broadcast(centers, tag=TAG_CENTERS, clients=participants)
-            bounds = [
-                _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma),
-                _MARGIN * (n_c + _NOISE_HEADROOM * factor * plan.sigma_counts),
-            ]
-            accountant.charge(
-                "cluster sums and counts", sensitivity=plan.diagonal, sigma=plan.sigma
-            )
-            runtime.stage(f"iteration {i + 1}: client step, noisy per-cluster sums and counts")
-            (sums, counts), survivors = self._noisy_sum(
-                plan,
-                adder,
-                fedkmeans_dp_lloyd_statistics,
-                "noisy cluster statistics",
-                bounds,
-                participants,
-                sigma=plan.sigma,
-                noise_share=self._noise_share(participants),
-            )
-            n_iter = i + 1
-            runtime.stage(f"iteration {i + 1}: server step, new centers")
-            # The noise of the counts in the sum (every answering client's share).
-            noise = plan.sigma_counts * factor * math.sqrt(len(survivors))
-            new = _dp_centers(centers, sums, counts, plan, noise)
-            new, relocated = _relocate_unreliable(new, counts, noise, plan)
-            shift = float(((new - centers) ** 2).sum())
-            visited.add(centers.tobytes())
-            centers = new
-            if shift <= tol:
-                break
-            if self.secure_aggregation and centers.tobytes() in visited:
-                # With client sampling the centers can return exactly to an
-                # earlier state (a fixed point of a sample drawn again): the
-                # iteration cycles, and nodes refuse a second sum of the same
-                # statistic over other clients (it would give away the difference).
-                break
-        if relocated:
-            warnings.warn(
-                f"{relocated} of the {self.n_clusters} clusters held too few rows to tell from "
-                "the noise in the last private iteration; their centers were moved next to the "
-                "largest clusters (at no privacy cost). Fewer clusters, a larger epsilon or "
-                "more rows help.",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-        return centers, n_iter
-
-    def _dp_inertia(self, runtime, adder, plan, accountant, centers, active, output):
-        factor = self._noise_factor(active)
-        n_c = self._max_size(runtime, active)
-        runtime.broadcast(centers, tag=TAG_CENTERS, clients=active)
-        bound = _MARGIN * (n_c * plan.diagonal**2 + _NOISE_HEADROOM * factor * plan.sigma_inertia)
-        accountant.charge("inertia", sensitivity=plan.diagonal**2, sigma=plan.sigma_inertia)
-        runtime.stage("client step: noisy inertia" + (" and labels" if output else ""))
-        total, _ = self._noisy_sum(
-            plan,
-            adder,
-            fedkmeans_dp_inertia,
-            "noisy inertia",
-            [bound],
-            active,
-            sigma=plan.sigma_inertia,
-            noise_share=self._noise_share(active),
-            output=output,
-        )
-        # A noisy sum of squares may come out negative; zero is the nearest inertia.
-        return max(float(total[0]), 0.0)
-
     def _keep_input_precision(self, X):
         # As KMeans: float32 input, float32 centers (the protocol computes in float64).
         if float32_input(X):
@@ -1950,8 +1043,3 @@ class FederatedKMeans(
             centers=centers,
         )
         return -float(total[0])
-
-
-def fedkmeans_final_labels(data, inbox, state, party):
-    """Client step: label the rows by the nearest of the kept centers; output the labels."""
-    return Reply(output={"labels": nearest_center(data, inbox[TAG_CENTERS])})

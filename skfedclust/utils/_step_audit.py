@@ -114,7 +114,14 @@ def _modules():
 def _estimator_modules():
     from .discovery import all_estimators
 
-    return {cls.__module__: name for name, cls in all_estimators()}
+    estimators = all_estimators()
+    owners = {cls.__module__: name for name, cls in estimators}
+    # A method may keep its client steps in modules of their own (FederatedKMeans'
+    # _fedkmeans_steps); a module that defines another estimator stays that one's.
+    for name, cls in estimators:
+        for module in getattr(cls, "_client_step_modules", ()):
+            owners.setdefault(module, name)
+    return owners
 
 
 def _method(module, estimator_modules):

@@ -1,0 +1,314 @@
+"""The client steps of federated k-means: what a client computes and sends.
+
+A client of :class:`~skfedclust.FederatedKMeans` labels its rows by the
+centers the server broadcasts and sends, per cluster, its count, sum of
+deviations and squares (to be added up by the secure sum); with empty
+clusters, the statistics of its rows far from their centers or, where its
+policy lets rows out, its farthest rows; its inertia; and, with
+``privacy="dp"``, the same statistics of its rows clipped to a public box
+with its share of the noise. The server side is in
+:mod:`skfedclust.methods._fedkmeans` and :mod:`skfedclust.methods._fedkmeans_dp`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..clusterers import nearest_center, squared_distances
+from ..federation import Reply, bound_only, summand
+from ..secure._node_dp import charge_node, private_normal
+from ..secure._sampling import check_sampled
+from ._centroid_steps import cluster_means
+from ._lloyd_pass import lloyd_pass
+
+TAG_CENTERS = "centers"
+TAG_RELOCATE = "relocation request"
+TAG_FARTHEST = "farthest rows request"
+TAG_FARTHEST_PICK = "farthest rows picked"
+#: Key of a client's labels of the last Lloyd iteration in its private state.
+_LABELS = "fedkmeans: labels"
+_FARTHEST = "fedkmeans: farthest rows"
+#: Key of a client's per-column least and greatest values (its own, kept).
+_COLUMN_RANGE = "fedkmeans: column range"
+
+
+def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clusters):
+    """Client step of a callable ``init``: its centers of the client's own rows.
+
+    Called as scikit-learn's ``KMeans`` calls it, ``init(X, n_clusters,
+    random_state)``, on the client's rows, with ``min(n_clusters, n_rows)``
+    clusters and the client's public seed; the server aggregates the local
+    centers as ``init="k-fed-weighted"`` does. Sent as ``(centers, sizes, 0)``,
+    the sizes those of the centers' local clusters on the client's rows.
+    """
+    k = min(int(n_clusters), data.shape[0])
+    centers = np.asarray(init(data, k, np.random.RandomState(party.seed)), dtype=np.float64)
+    if centers.shape != (k, data.shape[1]) or not np.all(np.isfinite(centers)):
+        raise ValueError(
+            f"the callable init returned an array of shape {centers.shape} on client "
+            f"{party.index}; expected ({k}, {data.shape[1]}) finite centers"
+        )
+    sizes = np.bincount(nearest_center(data, centers), minlength=k).astype(np.int64)
+    return Reply(send=(centers, sizes, np.int64(0)))
+
+
+@summand
+def fedkmeans_lloyd_statistics(data, inbox, state, party):
+    """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
+
+    Each row goes to its nearest center among those the server sent. Sent:
+    per cluster the sum of the rows' deviations from their center (so a
+    large common offset costs no precision), the number of rows and their
+    squared distances, and how many of the client's rows changed cluster
+    since its last iteration (all of them the first time).
+    """
+    sampled = check_sampled(inbox, state, party)
+    column_range = state.get(_COLUMN_RANGE)
+    if column_range is None and data.shape[0]:
+        column_range = (data.min(axis=0), data.max(axis=0))
+    labels, sums, counts, inertia, changed = lloyd_pass(
+        data,
+        inbox[TAG_CENTERS],
+        state.get(_LABELS),
+        n_threads=party.n_threads,
+        column_range=column_range,
+    )
+    return Reply(
+        send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
+        keep={_LABELS: labels, _COLUMN_RANGE: column_range, **sampled},
+        # In the clear, a center the server placed to catch one row gives it
+        # that row back: the node's policy searches the means for its rows.
+        reveals=lambda: cluster_means(inbox[TAG_CENTERS], sums, counts),
+    )
+
+
+@summand
+def fedkmeans_far_rows(data, inbox, state, party):
+    """Client step of the empty-cluster rule: statistics of the far rows of donor clusters.
+
+    The server names donor clusters, their centers of the last iteration and
+    a squared-distance threshold each (the donor's mean squared distance);
+    the client sends, per donor, the sum of the deviations from the donor's
+    center of its rows in that cluster lying beyond the threshold, and how
+    many there are.
+    """
+    request = inbox[TAG_RELOCATE]
+    labels = state[_LABELS]
+    donors = np.asarray(request["donors"], dtype=np.intp)
+    centers = np.asarray(request["centers"], dtype=np.float64)
+    thresholds = np.asarray(request["thresholds"], dtype=np.float64)
+    sums = np.zeros((len(donors), data.shape[1]))
+    counts = np.zeros(len(donors), dtype=np.int64)
+    for i, j in enumerate(donors):
+        deviations = data[labels == j] - centers[i]
+        far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
+        sums[i] = deviations[far].sum(axis=0)
+        counts[i] = np.count_nonzero(far)
+    return Reply(send=(sums, counts), reveals=lambda: cluster_means(centers, sums, counts))
+
+
+def _own_farthest(data, centers, labels, n):
+    """The ``n`` rows farthest from their centers: largest first, later rows first on ties."""
+    deviations = data - centers[labels]
+    squared = np.einsum("ij,ij->i", deviations, deviations)
+    order = np.lexsort((-np.arange(len(squared)), -squared))[:n]
+    return order, squared[order]
+
+
+def _check_rows_may_leave(party):
+    """scikit-learn's relocation sends rows and row-level distances: only where rows may leave.
+
+    The coordinator chooses how many distances and rows it asks for (any of
+    the node's), so a node whose policy refuses raw rows refuses both steps,
+    whatever their arguments.
+    """
+    if party.policy.refuse_raw_rows:
+        raise PermissionError(
+            "refuse-raw-rows: empty_clusters='farthest-row' sends this node's largest "
+            "distances and farthest rows; its policy keeps rows in"
+        )
+
+
+def fedkmeans_largest_distances(data, inbox, state, party):
+    """Client step of scikit-learn's empty-cluster rule: the client's largest squared distances.
+
+    Sends the ``n_empty`` largest squared distances of its rows to their
+    centers (of this iteration, sent with the request), largest first.
+    """
+    _check_rows_may_leave(party)
+    request = inbox[TAG_FARTHEST]
+    centers = np.asarray(request["centers"], dtype=np.float64)
+    order, squared = _own_farthest(data, centers, state[_LABELS], int(request["n_empty"]))
+    return Reply(send=squared, keep={_FARTHEST: order})
+
+
+def fedkmeans_farthest_rows(data, inbox, state, party):
+    """Client step: the rows the server picked among the client's farthest, with their clusters.
+
+    The rows themselves leave the client (scikit-learn's rule moves an
+    empty cluster onto a row); a deployed node's default policy refuses.
+    """
+    _check_rows_may_leave(party)
+    m = int(inbox[TAG_FARTHEST_PICK])
+    order = state[_FARTHEST][:m]
+    return Reply(send=(data[order], state[_LABELS][order].astype(np.int64)))
+
+
+@summand
+def fedkmeans_inertia(data, inbox, state, party, *, output):
+    """Client step: squared distances of the rows to their nearest center, summed.
+
+    With ``output`` the client also hands its user the labels of its rows
+    (the final labelling of the fit).
+    """
+    centers = np.asarray(inbox[TAG_CENTERS])
+    labels = nearest_center(data, centers)
+    deviations = data - centers[labels]
+    inertia = np.array([np.einsum("ij,ij->", deviations, deviations)])
+    return Reply(send=inertia, output={"labels": labels} if output else None)
+
+
+@bound_only
+def fedkmeans_nearest_distances(data, inbox, state, party, *, centers):
+    """Client step for bound agreement: each row's squared distance to its nearest center."""
+    return Reply(send=squared_distances(data, np.asarray(centers)).min(axis=1))
+
+
+@summand
+def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
+    """Client step of ``score``: the squared distances of the rows to the model's centers."""
+    centers = np.asarray(centers)
+    deviations = data - centers[nearest_center(data, centers)]
+    return Reply(send=np.array([np.einsum("ij,ij->", deviations, deviations)]))
+
+
+def fedkmeans_final_labels(data, inbox, state, party):
+    """Client step: label the rows by the nearest of the kept centers; output the labels."""
+    return Reply(output={"labels": nearest_center(data, inbox[TAG_CENTERS])})
+
+
+# --------------------------------------------------------------------------- #
+# Differentially private Lloyd (privacy="dp"): the rows clipped to a public box
+# --------------------------------------------------------------------------- #
+def dp_moments_exact(data, lower, upper):
+    """The column sums of the rows clipped to the box and centred on its midpoint, and of their
+    squares (before any noise)."""
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    centred = np.clip(data, lower, upper) - (lower + upper) / 2
+    return centred.sum(axis=0), np.einsum("ij,ij->j", centred, centred)
+
+
+def dp_lloyd_exact(data, centers, lower, upper):
+    """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise."""
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
+    # Deviations from the centers, moved to the midpoint: every row then adds
+    # at most half the box's diagonal, whatever the centers.
+    return sums + counts[:, None] * (centers - (lower + upper) / 2), counts
+
+
+def dp_inertia_exact(data, centers, lower, upper):
+    """The clipped rows' squared distances to their nearest center, summed (no noise)."""
+    clipped = np.clip(data, np.asarray(lower), np.asarray(upper))
+    deviations = clipped - centers[nearest_center(clipped, centers)]
+    return np.array([np.einsum("ij,ij->", deviations, deviations)])
+
+
+def _box_diagonal(lower, upper):
+    return float(np.linalg.norm(np.asarray(upper, dtype=np.float64) - np.asarray(lower)))
+
+
+def fedkmeans_dp_extremes(data, inbox, state, party):
+    """Client step: per-feature minimum and maximum of the rows (bounds from the data)."""
+    return Reply(send=(data.min(axis=0), data.max(axis=0)))
+
+
+@summand
+def fedkmeans_dp_moments(
+    data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares, noise_share
+):
+    """Client step of the private ``"random"`` start: noisy first and second moments.
+
+    Rows are clipped to the public box ``[lower, upper]`` and centred on its
+    midpoint; sent are the column sums of the centred rows and of their
+    squares. ``sigma_sums`` and ``sigma_squares`` are the noise each released
+    total holds, made of ``noise_share`` clients' shares: the node charges both
+    releases to its own accountant (sensitivities from the box), then adds its
+    share ``sigma / sqrt(noise_share)`` from its cryptographic generator.
+    """
+    width = np.asarray(upper, dtype=np.float64) - np.asarray(lower)
+    keep = charge_node(
+        state,
+        party,
+        [
+            ("column sums", _box_diagonal(lower, upper), sigma_sums),
+            (
+                "column sums of squares",
+                max(float(np.linalg.norm(width**2)) / 4.0, np.finfo(float).tiny),
+                sigma_squares,
+            ),
+        ],
+        noise_share,
+    )
+    sums, squares = dp_moments_exact(data, lower, upper)
+    share = 1.0 / math.sqrt(noise_share)
+    d = data.shape[1]
+    return Reply(
+        send=(
+            sums + private_normal(party, share * sigma_sums, d),
+            squares + private_normal(party, share * sigma_squares, d),
+        ),
+        keep=keep,
+    )
+
+
+@summand
+def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, noise_share):
+    """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
+
+    Rows are clipped to the public box, assigned to the nearest of the
+    server's centers, and summed per cluster around the box's midpoint. The
+    released sums hold Gaussian noise of standard deviation ``sigma``, the
+    counts ``2 sigma / ||w||`` (``w`` the box's width), so the pair is one
+    release of ``mu = ||w|| / sigma``: the node charges it to its own
+    accountant and adds its share of both noises (``noise_share`` clients'
+    shares make them up) from its cryptographic generator.
+    """
+    sampled = check_sampled(inbox, state, party)
+    diagonal = _box_diagonal(lower, upper)
+    keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], noise_share)
+    keep.update(sampled)
+    centers = np.asarray(inbox[TAG_CENTERS])
+    sums, counts = dp_lloyd_exact(data, centers, lower, upper)
+    share = 1.0 / math.sqrt(noise_share)
+    return Reply(
+        send=(
+            sums + private_normal(party, share * sigma, sums.shape),
+            counts + private_normal(party, share * 2.0 * sigma / diagonal, counts.shape),
+        ),
+        keep=keep,
+    )
+
+
+@summand
+def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, noise_share, output):
+    """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
+
+    The release (sensitivity ``||w||^2``) is charged to the node's own
+    accountant before its share of the noise is drawn. With ``output`` the
+    client also hands its user the labels of its rows (nearest center of the
+    rows as they are, as ``predict`` gives).
+    """
+    keep = charge_node(
+        state, party, [("inertia", _box_diagonal(lower, upper) ** 2, sigma)], noise_share
+    )
+    centers = np.asarray(inbox[TAG_CENTERS])
+    inertia = dp_inertia_exact(data, centers, lower, upper)
+    labels = nearest_center(data, centers) if output else None
+    return Reply(
+        send=inertia + private_normal(party, sigma / math.sqrt(noise_share), 1),
+        keep=keep,
+        output={"labels": labels} if output else None,
+    )
