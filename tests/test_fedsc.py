@@ -28,11 +28,9 @@ from skfedclust.methods._fedsc_core import (
     client_update,
     gaussian_kernel,
     n_components_auto,
-    pair_distance_statistic,
     pair_distance_sum,
     pair_sum_bandwidth,
     pooled_bandwidth,
-    pooled_pair_bandwidth,
     solve_coefficients,
     trilateration_attack,
 )
@@ -89,9 +87,10 @@ def coefs(runtime):
     return [p["coef"] for p in received(runtime, TAG_COEF)[0].list()]
 
 
-def setup_bytes_up(n_clients, n_features):
-    """Clear set-up: (mean pair distance, pair count) + (feature sums, count) + a rank."""
-    return n_clients * (2 * F8 + (n_features + 1) * F8 + F8)
+def setup_bytes_up(n_clients, n_features, rank_length):
+    """Clear set-up, through the sum channel in the clear: (feature sums, count, distance
+    total, pair count), then the one-hot rank of ``rank_length`` counts."""
+    return n_clients * ((n_features + 3) * F8 + rank_length * F8)
 
 
 #: An exponent histogram of agree_bound at coarseness 4: ceil(2101 / 4) int64, and its
@@ -251,10 +250,6 @@ def test_protocol_is_the_building_blocks_step_by_step(iris_fit, iris_clients):
     assert pairs == sum(p for _, p in expected)
     r = pair_sum_bandwidth(total, pairs, n_samples=n)
     assert est.bandwidth_ == r
-    assert r == pytest.approx(
-        pooled_pair_bandwidth([pair_distance_statistic(X_p) for X_p in clients], n_samples=n),
-        rel=1e-14,
-    )
     # The dictionary size: the largest local rank, from a secure sum of one-hot ranks.
     assert not received(runtime, TAG_RANK)
     ranks = [n_components_auto(X_p, bandwidth=r) for X_p in clients]
@@ -334,16 +329,25 @@ def test_secure_and_clear_set_up_give_the_same_fit(iris_clients, offset):
     kw = dict(n_rounds=S, kmeans_n_init=5, random_state=0)
     secure = FedSpectralClustering(3, **kw).fit(clients)
 
+    rank_length = max(len(X_p) for X_p in clients) + 1
+
     def up(rt):
         d = len(coefs(rt)[0])
-        return F8 * (S * P * (m * d + 1) + d * n) + setup_bytes_up(P, m)
+        return F8 * (S * P * (m * d + 1) + d * n) + setup_bytes_up(P, m, rank_length)
 
     clear = FedSpectralClustering(3, secure_aggregation=False, **kw)
-    runtime = check_protocol(clear, clients, rounds=S + 1, bytes_up=up, bytes_peer=0)
+    # The rounds of the factorisation, the labels, and two sums in the clear (set-up
+    # statistics, ranks): the same sum channel as the secure fit, without masks.
+    runtime = check_protocol(clear, clients, rounds=S + 3, bytes_up=up, bytes_peer=0)
+    assert not received(runtime, TAG_STATS)
     # In the clear, every client's statistics reach the server.
-    for X_p, sent in zip(clients, received(runtime, TAG_STATS)[0].list()):
-        assert sent["pair_distance"] == pair_distance_statistic(X_p)
-        np.testing.assert_allclose(sent["feature_sums"][0], X_p.sum(0))
+    (statistics,) = received(runtime, "set-up statistics")
+    for X_p, sent in zip(clients, statistics.list()):
+        np.testing.assert_allclose(sent[0], X_p.sum(0))
+        assert (sent[1][0], sent[3][0]) == (len(X_p), len(X_p) * (len(X_p) - 1))
+        assert sent[2][0] == pytest.approx(pair_distance_sum(X_p)[0], rel=1e-14)
+    (ranks,) = received(runtime, TAG_RANK)
+    assert all(sent.sum() == 1 and len(sent) == rank_length for sent in ranks.list())
     assert clear.bandwidth_ == pytest.approx(secure.bandwidth_, rel=1e-13)
     assert clear.n_components_ == secure.n_components_
     # The centre of the first dictionary agrees to a few rounding errors of the offset.
@@ -351,8 +355,9 @@ def test_secure_and_clear_set_up_give_the_same_fit(iris_clients, offset):
         clear.dictionary_, secure.dictionary_, rtol=0, atol=1e-12 + 1e-15 * offset
     )
     np.testing.assert_array_equal(clear.labels_, secure.labels_)
-    # Two rounds for each of the four secure sums: two bounds, the statistics, the ranks.
-    assert secure.communication_["rounds"] == clear.communication_["rounds"] + 8
+    # Two rounds for each secure sum (two bounds, the statistics, the ranks), one for each
+    # sum in the clear (the statistics, the ranks).
+    assert secure.communication_["rounds"] == clear.communication_["rounds"] + 6
 
 
 def _opened_uploads(runtime, which):

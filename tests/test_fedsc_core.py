@@ -16,16 +16,15 @@ from skfedclust.methods._fedsc_core import (
     combine_n_components,
     dictionary_gradient,
     energy_rank,
-    feature_sums,
     federated_bandwidth,
     gaussian_kernel,
     gradient_dictionary_step,
     initial_dictionaries,
     mean_pairwise_distance,
     n_components_auto,
-    pair_distance_statistic,
+    pair_distance_sum,
+    pair_sum_bandwidth,
     pooled_bandwidth,
-    pooled_pair_bandwidth,
     preconditioned_dictionary_step,
     solve_coefficients,
     squared_distances,
@@ -316,7 +315,7 @@ def test_initial_dictionaries_average_around_the_center():
     assert mean.var() == pytest.approx(1 / 8, rel=0.1)
     rng = np.random.default_rng(9)
     parts = [rng.normal(size=(n, 3)) + 4 for n in (5, 9)]
-    center = combine_feature_sums([feature_sums(p) for p in parts])
+    center = combine_feature_sums([(p.sum(axis=0), len(p)) for p in parts])
     np.testing.assert_allclose(center, np.vstack(parts).mean(0))
 
 
@@ -378,24 +377,26 @@ def test_pair_distance_bandwidth_estimates_the_pooled_rule():
     """Distinct pairs inside the clients, times 1 - 1/n: the pooled Eq. 40 for IID clients."""
     rng = np.random.default_rng(12)
     X = rng.normal(size=(400, 3))
-    mean, pairs = pair_distance_statistic(X[:50])
+    total, pairs = pair_distance_sum(X[:50])
     assert pairs == 50 * 49
-    assert mean == pytest.approx(pdist(X[:50]).mean(), rel=1e-12)
-    assert pair_distance_statistic(X[:1]) == (0.0, 0)
+    assert total / pairs == pytest.approx(pdist(X[:50]).mean(), rel=1e-12)
+    assert pair_distance_sum(X[:1]) == (0.0, 0)
     parts = np.array_split(X, 4)
-    stats = [pair_distance_statistic(p) for p in parts]
-    by_hand = sum(m * p for m, p in stats) / sum(p for _, p in stats) * (1 - 1 / 400)
-    assert pooled_pair_bandwidth(stats, n_samples=400) == pytest.approx(by_hand, rel=1e-12)
-    assert pooled_pair_bandwidth(stats, n_samples=400, scale=2.0) == pytest.approx(2 * by_hand)
-    assert pooled_pair_bandwidth(stats, n_samples=400) == pytest.approx(
+    sums = [pair_distance_sum(p) for p in parts]
+    total, pairs = sum(t for t, _ in sums), sum(p for _, p in sums)
+    by_hand = sum(pdist(p).sum() * 2 for p in parts) / pairs * (1 - 1 / 400)
+    assert pair_sum_bandwidth(total, pairs, n_samples=400) == pytest.approx(by_hand, rel=1e-12)
+    assert pair_sum_bandwidth(total, pairs, n_samples=400, scale=2.0) == pytest.approx(2 * by_hand)
+    assert pair_sum_bandwidth(total, pairs, n_samples=400) == pytest.approx(
         pooled_bandwidth(X), rel=0.02
     )
     # A one-sample client contributes nothing (Eq. 42 would count a zero).
-    assert pooled_pair_bandwidth([*stats, (0.0, 0)], n_samples=401) == pytest.approx(
+    alone, no_pairs = pair_distance_sum(X[:1])
+    assert pair_sum_bandwidth(total + alone, pairs + no_pairs, n_samples=401) == pytest.approx(
         by_hand * (1 - 1 / 401) / (1 - 1 / 400)
     )
     with pytest.raises(ValueError, match="no client holds two distinct points"):
-        pooled_pair_bandwidth([(0.0, 0), (0.0, 0)], n_samples=2)
+        pair_sum_bandwidth(0.0, 0, n_samples=2)
 
 
 def test_gradient_step_is_eq_16_with_the_documented_step_size(small_client):

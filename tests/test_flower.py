@@ -1332,17 +1332,28 @@ def local_deployment(tmp_path):
 #: colluders decodes from 5 parties: the three organisations and two
 #: share-holding nodes without data. GOLD keeps its local CPL updates (no
 #: exchanges): cut short, a micro-centroid can still sit on a row, which the
-#: nodes' refuse-raw-rows policy refuses. FederatedKMeans runs its secure sums
-#: (the nodes' default policy sends its statistics only inside one), two
-#: iterations.
+#: nodes' refuse-raw-rows policy refuses. FederatedKMeans and FedSC run their
+#: secure sums (the nodes' default policy sends a statistic made to be added
+#: only inside one); FederatedKMeans two iterations.
 DEPLOYMENT_PARAMS = {
     "ffcm": {"n_rounds": 2, "secure_aggregation": False},
     "kumar": {"n_rounds": 2},
     "gold": {"standardize": False},
-    "fedsc": {"n_rounds": 2, "n_components": 3, "secure_aggregation": False},
+    "fedsc": {"n_rounds": 2, "n_components": 3},
     "omnifc": {"n_parties": 5, "n_segments": 1, "n_colluders": 2},
     "fedkmeans": {"max_iter": 2},
 }
+
+
+def test_running_md_runs_the_deployment_tests_parameters():
+    """RUNNING.md's ``flwr run`` command fits with the parameters the deployment test checks."""
+    import shlex
+
+    text = (EXAMPLE_APP / "RUNNING.md").read_text()
+    (command,) = [line for line in text.splitlines() if "method='all' n-nodes=5 params=" in line]
+    config = shlex.split(shlex.split(command)[-1])
+    params = dict(item.split("=", 1) for item in config)["params"]
+    assert json.loads(params) == DEPLOYMENT_PARAMS
 
 
 @DEPLOYMENT

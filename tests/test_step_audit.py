@@ -128,7 +128,7 @@ def test_per_client_inputs_and_summaries(steps):
         "Client step: k-means on the client's own rows; send the centers."
     )
     # A sentence ends at a full stop followed by a capital, not inside "(Eq. 43)".
-    assert "Eq. 43" in by_name["skfedclust.methods._fedsc:fedsc_local_rank"].summary
+    assert "Eq. 43" in by_name["skfedclust.methods._fedsc:fedsc_rank_histogram"].summary
     # Roles relative to the step's module become literals.
     kept = by_name["skfedclust.methods._centroid_steps:lloyd_kept_statistics"].summary
     assert kept.startswith("``lloyd_statistics`` for the centers")

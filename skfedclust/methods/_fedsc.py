@@ -48,15 +48,12 @@ from ._fedsc_core import (
     client_update,
     combine_feature_sums,
     combine_n_components,
-    feature_sums,
     gaussian_kernel,
     initial_dictionaries,
     n_components_auto,
-    pair_distance_statistic,
     pair_distance_sum,
     pair_sum_bandwidth,
     pooled_bandwidth,
-    pooled_pair_bandwidth,
     relative_coefficients,
     solve_coefficients,
 )
@@ -199,21 +196,18 @@ def fedsc_prepare(
     party,
     *,
     data_noise,
-    send_distance,
-    send_sums,
     send_rows,
-    max_samples,
 ):
-    """Client step: privatise the rows if asked, and send the set-up statistics.
+    """Client step: privatise the rows if asked, or send them for the pooled shortcut.
 
     With ``privacy='data'`` the client perturbs its rows once, here, and
     computes everything afterwards on the perturbed copy, which it keeps
-    (``data_noise`` says how; calibrated noise clips the rows first). Then
-    it sends, as asked: the scale of relative data noise (one
-    float), the mean distance between its distinct rows and their number of pairs (the
-    federated bandwidth), their feature sums and count (the centre of the
-    initial dictionary), or the rows themselves (the pooled shortcut of the
-    paper's experiments, which is not private).
+    (``data_noise`` says how; calibrated noise clips the rows first); with
+    relative noise it sends the noise's scale (one float). With ``send_rows``
+    it sends the rows themselves (the pooled shortcut of the paper's
+    experiments, which is not private). The set-up statistics the server
+    needs only summed go through the fit's sum channel
+    (:func:`fedsc_setup_sums`).
     """
     keep = {}
     send = {}
@@ -229,12 +223,6 @@ def fedsc_prepare(
             # Relative noise follows the spread of the private rows: only the
             # client knows its scale, and reports it (one float).
             send["noise_scale"] = np.float64(sigma)
-    if send_distance:
-        send["pair_distance"] = pair_distance_statistic(
-            rows, max_samples=max_samples, random_state=party.seed
-        )
-    if send_sums:
-        send["feature_sums"] = feature_sums(rows)
     if send_rows:
         send["rows"] = rows
     if send and "rows" not in keep:
@@ -261,10 +249,15 @@ def fedsc_distance_total(data, inbox, state, party, *, max_samples):
     for the secure sum that follows, so both see the same value.
     """
     _require_private_rows(state, party, "the pair-distance total")
-    total, pairs = pair_distance_sum(
+    total, pairs = _pair_distances(data, state, party, max_samples=max_samples)
+    return Reply(send=np.array([total]), keep={"pair distances": (total, pairs)})
+
+
+def _pair_distances(data, state, party, *, max_samples=MAX_SAMPLES):
+    """The total distance between the client's distinct rows and their number of pairs."""
+    return pair_distance_sum(
         _client_rows(data, state), max_samples=max_samples, random_state=party.seed
     )
-    return Reply(send=np.array([total]), keep={"pair distances": (total, pairs)})
 
 
 @summand
@@ -283,17 +276,19 @@ def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
         parts += (rows.sum(axis=0), np.array([len(rows)], dtype=np.int64))
     keep = {}
     if send_distance:
-        total, pairs = state["pair distances"]
+        # Kept by the bound agreement of a secure sum, so that both see the same value.
+        kept = state.get("pair distances")
+        total, pairs = kept if kept is not None else _pair_distances(data, state, party)
         parts += (np.array([total]), np.array([pairs], dtype=np.int64))
         keep["pair distances"] = None
     return Reply(send=parts, keep=keep)
 
 
-def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
-    """Client step: the dictionary-size rule (Eq. 43) on the client's own rows.
+def _local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
+    """The dictionary-size rule (Eq. 43) on the client's own rows, and the bandwidth it used.
 
-    The rows' Gaussian kernel with the bandwidth (public, or broadcast); sends
-    the number of its leading eigenvalues that hold ``energy`` of the total.
+    The rows' Gaussian kernel with the bandwidth (public, or broadcast): the
+    number of its leading eigenvalues that hold ``energy`` of the total.
     """
     _require_private_rows(state, party, "the dictionary-size rule")
     bandwidth = _bandwidth_of(inbox, state, bandwidth)
@@ -301,29 +296,29 @@ def fedsc_local_rank(data, inbox, state, party, *, bandwidth, energy, max_sample
     rank = n_components_auto(
         rows, bandwidth=bandwidth, tol=energy, max_samples=max_samples, random_state=party.seed
     )
-    return Reply(send=int(rank), keep={"bandwidth": bandwidth})
+    return int(rank), bandwidth
 
 
 @summand
 def fedsc_rank_histogram(data, inbox, state, party, *, bandwidth, energy, max_samples, length):
-    """Client step of a secure sum: the dictionary-size rule as a one-hot count.
+    """Client step of a sum: the dictionary-size rule (Eq. 43) as a one-hot count.
 
-    The rank of :func:`fedsc_local_rank`, sent as a vector of ``length``
-    zeros with a one at the rank: added up over the clients by a secure sum,
-    the server learns how many clients have each rank, not which client has
-    which, and takes the largest.
+    The number of leading eigenvalues of the client's kernel that hold
+    ``energy`` of the total, sent as a vector of ``length`` zeros with a one at
+    that rank: added up over the clients (by a secure sum by default), the
+    server learns how many clients have each rank, not which client has which,
+    and takes the largest.
     """
-    reply = fedsc_local_rank(
+    rank, bandwidth = _local_rank(
         data, inbox, state, party, bandwidth=bandwidth, energy=energy, max_samples=max_samples
     )
-    rank = int(reply.send)
     if not 0 <= rank < length:
         # A rank is at most the rows the rule reads (public: max_samples and
         # the client sizes); anything else would not fit the public length.
         raise ValueError(f"client {party.index}: rank {rank} outside [0, {length})")
     counts = np.zeros(length, dtype=np.int64)
     counts[rank] = 1
-    return Reply(send=counts, keep=reply.keep)
+    return Reply(send=counts, keep={"bandwidth": bandwidth})
 
 
 def _bandwidth_of(inbox, state, bandwidth):
@@ -471,10 +466,8 @@ def fedsc_hyperparameters(
 
     ``bandwidth='federated'`` estimates the pooled rule from the clients'
     within-client pair distances (Eq. 42 without the zero self-distances):
-    from ``pair_sums``, the secure sum of their distance totals and pair
-    counts (:func:`~skfedclust.methods._fedsc_core.pair_sum_bandwidth`), or
-    from every client's statistic received in the clear
-    (:func:`~skfedclust.methods._fedsc_core.pooled_pair_bandwidth`).
+    from ``pair_sums``, the sum of their distance totals and pair counts
+    (:func:`~skfedclust.methods._fedsc_core.pair_sum_bandwidth`).
     ``'pooled'`` is the mean pairwise distance of the rows uploaded for the
     pooled shortcut (Eq. 40), a float is itself. With
     ``n_components='pooled'`` the dictionary size is the energy rule (Eq. 43)
@@ -484,12 +477,8 @@ def fedsc_hyperparameters(
     pooled = None
     if bandwidth == "pooled" or n_components == "pooled":
         pooled = np.vstack([p["rows"] for p in payloads])
-    if bandwidth == "federated" and pair_sums is not None:
+    if bandwidth == "federated":
         r = pair_sum_bandwidth(*pair_sums, n_samples=n_samples, scale=bandwidth_scale)
-    elif bandwidth == "federated":
-        r = pooled_pair_bandwidth(
-            [p["pair_distance"] for p in payloads], n_samples=n_samples, scale=bandwidth_scale
-        )
     elif bandwidth == "pooled":
         r = pooled_bandwidth(
             pooled, scale=bandwidth_scale, max_samples=max_samples, random_state=seed
@@ -506,11 +495,6 @@ def fedsc_hyperparameters(
     return r, d
 
 
-def fedsc_dictionary_size(ranks):
-    """Server step: the federated dictionary size, the largest of the clients' ranks."""
-    return combine_n_components(ranks.list())
-
-
 def dictionary_size_of_histogram(counts):
     """Server: the largest rank of a secure sum of one-hot ranks (how many clients per rank)."""
     counts = np.asarray(counts, dtype=np.int64)
@@ -518,23 +502,18 @@ def dictionary_size_of_histogram(counts):
 
 
 def fedsc_initial_dictionary(
-    *stats, n_clients, n_components, n_features, bandwidth, seed, feature_totals=None
+    *, n_clients, n_components, n_features, bandwidth, seed, feature_totals=None
 ):
     """Server step: the first dictionary, the mean of ``n_clients`` random ones.
 
     Every atom is drawn around the mean of the clients' rows (from
-    ``feature_totals``, the secure sum of their feature sums and row counts, or
-    from every client's sums received in the clear; the origin when none were
-    sent) with a spread of
+    ``feature_totals``, the sum of their feature sums and row counts; the
+    origin when none were sent) with a spread of
     ``bandwidth / sqrt(n_features)`` per coordinate per client slot, so the
     initialisation commutes with translations and scalings of the data (the
     paper draws ``N(0, 1)`` entries around the origin).
     """
-    center = None
-    if feature_totals is not None:
-        center = combine_feature_sums([feature_totals])
-    elif stats:
-        center = combine_feature_sums([p["feature_sums"] for p in stats[0].list()])
+    center = None if feature_totals is None else combine_feature_sums([feature_totals])
     slots = initial_dictionaries(
         n_clients,
         n_components,
@@ -1139,33 +1118,27 @@ class FedSpectralClustering(BaseFederatedClustering):
         pooled = self.bandwidth == "pooled" or self.n_components == "pooled"
         send_sums = not calibrated_factors
         send_distance = self.bandwidth == "federated"
-        # The server needs only the sums of these statistics over the clients;
-        # the pooled shortcut uploads the rows, from which it has them anyway.
-        secure = self.secure_aggregation and not pooled and (send_sums or send_distance)
+        summed_ranks = self.n_components == "auto"
+        # The server needs only the sums of these statistics over the clients:
+        # one sum channel (one key agreement) carries them, secure by default.
+        # The pooled shortcut uploads the rows, from which it has them anyway.
+        channel = SumChannel(runtime, secure=self.secure_aggregation and not pooled, seed=seed_sums)
         max_samples = MAX_SAMPLES
         stats = None
-        if not secure and (send_sums or send_distance) or pooled or data_noise is not None:
-            runtime.stage("client step: set-up statistics" + (" (pooled rows)" if pooled else ""))
+        if pooled or data_noise is not None:
+            runtime.stage("client step: set-up" + (" (pooled rows)" if pooled else ", noisy rows"))
             stats = runtime.run(
                 fedsc_prepare,
                 tag=TAG_ROWS if pooled else TAG_STATS,
                 setup=True,
                 data_noise=data_noise,
-                send_distance=send_distance and not secure,
-                send_sums=send_sums and not secure,
                 send_rows=pooled,
-                max_samples=max_samples,
             )
             if not len(stats):
                 stats = None
         feature_totals = pair_sums = None
-        # One sum channel (one key agreement) for every secure sum of the set-up.
-        secure_ranks = self.secure_aggregation and self.n_components == "auto" and not pooled
-        channel = (
-            SumChannel(runtime, secure=True, seed=seed_sums) if secure or secure_ranks else None
-        )
-        if secure:
-            feature_totals, pair_sums = self._secure_setup_sums(
+        if send_sums or send_distance:
+            feature_totals, pair_sums = self._setup_sums(
                 runtime, channel, send_sums, send_distance, max_samples
             )
         runtime.stage("server step: bandwidth and dictionary size")
@@ -1191,8 +1164,8 @@ class FedSpectralClustering(BaseFederatedClustering):
             runtime.broadcast(r, tag=TAG_BANDWIDTH)
         else:
             public_r = r
-        if secure_ranks:
-            runtime.stage("secure sum: how many clients have each local dictionary size")
+        if summed_ranks:
+            runtime.stage("sum: how many clients have each local dictionary size")
             length = int(min(max_samples, np.max(runtime.client_sizes))) + 1
             counts, _ = channel.sum(
                 fedsc_rank_histogram,
@@ -1204,27 +1177,14 @@ class FedSpectralClustering(BaseFederatedClustering):
                 length=length,
             )
             d = dictionary_size_of_histogram(counts)
-        elif self.n_components == "auto":
-            runtime.stage("client step: local dictionary sizes")
-            ranks = runtime.run(
-                fedsc_local_rank,
-                tag=TAG_RANK,
-                setup=True,
-                bandwidth=public_r,
-                energy=self.energy,
-                max_samples=max_samples,
-            )
-            d = runtime.server(fedsc_dictionary_size, ranks)
         elif d is None:
             d = int(self.n_components)
         # A bandwidth computed from (degenerate) data must be usable too.
         self.bandwidth_, self.n_components_ = _check_bandwidth(r), int(d)
 
         runtime.stage(f"server step: initial dictionary of {d} atoms")
-        init_stats = (stats,) if stats is not None and send_sums and not secure else ()
         dictionary = runtime.server(
             fedsc_initial_dictionary,
-            *init_stats,
             feature_totals=feature_totals,
             n_clients=P,
             n_components=d,
@@ -1347,23 +1307,25 @@ class FedSpectralClustering(BaseFederatedClustering):
         self._directions = _unit_rows(self._embed(self.coef_))
 
     @staticmethod
-    def _secure_setup_sums(runtime, channel, send_sums, send_distance, max_samples):
-        """The set-up statistics summed over the clients by secure aggregation.
+    def _setup_sums(runtime, channel, send_sums, send_distance, max_samples):
+        """The set-up statistics summed over the clients, through the fit's sum channel.
 
-        A public bound per statistic first (the power of two above every
-        client's largest value, from a secure sum of one-hot histograms of
-        binary orders), then one secure sum of everything. Returns
+        With secure sums, a public bound per statistic first (the power of two
+        above every client's largest value, from a secure sum of one-hot
+        histograms of binary orders), then one secure sum of everything. Returns
         ``(feature_totals, pair_sums)``: ``(sums, row count)`` and
         ``(distance total, pair count)``, or None where not asked.
         """
         largest = float(np.max(runtime.client_sizes))
         bounds = []
         if send_sums:
-            runtime.stage("secure sums: a public bound on the rows")
+            if channel.secure:
+                runtime.stage("secure sums: a public bound on the rows")
             rows = channel.bound(fedsc_rows, tag="bound on the rows", coarseness=BOUND_COARSENESS)
-            bounds += [SUM_MARGIN * largest * rows, None]
+            bounds += [None if rows is None else SUM_MARGIN * largest * rows, None]
         if send_distance:
-            runtime.stage("secure sums: a public bound on the pair-distance totals")
+            if channel.secure:
+                runtime.stage("secure sums: a public bound on the pair-distance totals")
             distances = channel.bound(
                 fedsc_distance_total,
                 tag="bound on the pair distances",
@@ -1371,7 +1333,7 @@ class FedSpectralClustering(BaseFederatedClustering):
                 max_samples=max_samples,
             )
             bounds += [distances, None]
-        runtime.stage("secure sums: the set-up statistics")
+        runtime.stage("sums: the set-up statistics")
         totals, _ = channel.sum(
             fedsc_setup_sums,
             tag="set-up statistics",

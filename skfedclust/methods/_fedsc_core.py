@@ -21,8 +21,7 @@ Client side (a client's own data, what the server sent, a seed):
 * :func:`client_update`, one round of a client: C-step, Z-step, objective;
 * :func:`client_objective`, the local objective ``f_p`` (Eq. 13);
 * :func:`mean_pairwise_distance`, :func:`pair_distance_sum` and
-  :func:`n_components_auto` on the client's own data, and :func:`feature_sums`
-  for a centred initialisation.
+  :func:`n_components_auto` on the client's own data.
 
 Server side (uploaded messages and public constants):
 
@@ -68,18 +67,15 @@ __all__ = [
     "combine_n_components",
     "dictionary_gradient",
     "energy_rank",
-    "feature_sums",
     "federated_bandwidth",
     "gaussian_kernel",
     "gradient_dictionary_step",
     "initial_dictionaries",
     "mean_pairwise_distance",
     "n_components_auto",
-    "pair_distance_statistic",
     "pair_distance_sum",
     "pair_sum_bandwidth",
     "pooled_bandwidth",
-    "pooled_pair_bandwidth",
     "preconditioned_dictionary_step",
     "relative_coefficients",
     "relative_kernel",
@@ -869,34 +865,13 @@ def aggregate_dictionaries(dictionaries, *, sample_counts=None):
     return np.tensordot(weights / weights.sum(), stack, axes=1)
 
 
-def feature_sums(X):
-    """Client statistic for a centred initialisation: ``(sum of the rows, row count)``.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_features)
-
-    Returns
-    -------
-    sums : ndarray of shape (n_features,)
-    count : int
-
-    Examples
-    --------
-    >>> from skfedclust.methods._fedsc_core import feature_sums
-    >>> feature_sums([[1.0, 2.0], [3.0, 4.0]])
-    (array([4., 6.]), 2)
-    """
-    X = _as_rows(X, "X")
-    return X.sum(axis=0), len(X)
-
-
 def combine_feature_sums(statistics):
-    """Server: global feature mean from the clients' :func:`feature_sums`.
+    """Server: global feature mean from feature sums and row counts.
 
     Parameters
     ----------
     statistics : sequence of (ndarray of shape (n_features,), int)
+        Sums of rows and their counts (the clients', or their total from a sum).
 
     Returns
     -------
@@ -994,39 +969,6 @@ def pooled_bandwidth(X, *, scale=1.0, max_samples=MAX_SAMPLES, random_state=None
     )
 
 
-def pair_distance_statistic(X, *, max_samples=MAX_SAMPLES, random_state=None):
-    """Client statistic of :func:`pooled_pair_bandwidth`: mean distance over distinct pairs.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_features)
-    max_samples : int or None, default=8000
-        A random subset of this many rows is used when ``n_samples`` reaches it.
-    random_state : int, RandomState instance or None, default=None
-        Selects the subset.
-
-    Returns
-    -------
-    mean_distance : float
-        Mean Euclidean distance over the ordered pairs of distinct rows (0
-        without pairs).
-    n_pairs : int
-        Number of those pairs, ``m (m - 1)`` for the ``m`` rows used.
-
-    Examples
-    --------
-    >>> from skfedclust.methods._fedsc_core import pair_distance_statistic
-    >>> pair_distance_statistic([[0.0, 0.0], [3.0, 4.0]])
-    (5.0, 2)
-    """
-    X = _as_rows(X, "X")
-    m = min(len(X), max_samples) if max_samples is not None and len(X) >= max_samples else len(X)
-    if m < 2:
-        return 0.0, 0
-    mean = mean_pairwise_distance(X, max_samples=max_samples, random_state=random_state)
-    return mean * m / (m - 1), m * (m - 1)
-
-
 def pair_distance_sum(X, *, max_samples=MAX_SAMPLES, random_state=None):
     """Client statistic of :func:`pair_sum_bandwidth`: total distance over distinct pairs.
 
@@ -1069,8 +1011,11 @@ def pair_sum_bandwidth(total_distance, n_pairs, *, n_samples, scale=1.0):
     ``c * total_distance / n_pairs * (1 - 1 / n)``: the mean distance over
     the pairs inside the clients stands for the mean over all distinct
     pairs, and ``1 - 1 / n`` puts back the zero self-distances of the pooled
-    rule (Qiao et al. 2023, Eq. 40). :func:`pooled_pair_bandwidth` is the
-    same estimate from per-client statistics.
+    rule (Qiao et al. 2023, Eq. 40). The paper's federated rule (Eq. 42,
+    :func:`federated_bandwidth`) averages each client's mean over its own
+    ``n_p**2`` pairs, zero self-distances included, which biases it low by
+    about ``1 / n_p``: 5 % on iris split over 8 clients, and to 0 for a client
+    with one sample.
 
     Parameters
     ----------
@@ -1105,45 +1050,6 @@ def pair_sum_bandwidth(total_distance, n_pairs, *, n_samples, scale=1.0):
             "Give the bandwidth explicitly."
         )
     return float(scale) * total_distance / n_pairs * (1.0 - 1.0 / int(n_samples))
-
-
-def pooled_pair_bandwidth(statistics, *, n_samples, scale=1.0):
-    """Server: federated estimate of the pooled bandwidth from :func:`pair_distance_statistic`.
-
-    The pooled rule ``r = c Mean(sqrt(D))`` (Qiao et al. 2023, Eq. 40) is the
-    mean distance over distinct pairs times ``1 - 1 / n``, the share of the
-    ``n**2`` ordered pairs that are not a sample and itself. Pairs inside the
-    clients stand for all pairs, so the server takes their mean distance (each
-    client weighted by its number of pairs) times ``1 - 1 / n``. The paper's
-    federated rule (Eq. 42, :func:`federated_bandwidth`) averages each
-    client's mean over its own ``n_p**2`` pairs, zero self-distances included,
-    which biases it low by about ``1 / n_p``: 5 % on iris split over 8
-    clients, and to 0 for a client with one sample.
-
-    Parameters
-    ----------
-    statistics : sequence of (float, int)
-        One :func:`pair_distance_statistic` per client.
-    n_samples : int
-        Total number of samples ``n`` (public).
-    scale : float, default=1.0
-        The constant ``c``.
-
-    Returns
-    -------
-    bandwidth : float
-
-    Examples
-    --------
-    >>> from skfedclust.methods._fedsc_core import pooled_pair_bandwidth
-    >>> pooled_pair_bandwidth([(2.0, 2), (3.0, 6)], n_samples=5)
-    2.2
-    """
-    values = np.asarray([float(v) for v, _ in statistics])
-    pairs = np.asarray([float(p) for _, p in statistics])
-    if len(values) == 0 or not np.all(np.isfinite(values)) or np.any(pairs < 0):
-        raise ValueError("statistics must hold one (finite mean, pair count) per client.")
-    return pair_sum_bandwidth(values @ pairs, pairs.sum(), n_samples=n_samples, scale=scale)
 
 
 def federated_bandwidth(statistics, *, scale=1.0):
