@@ -17,6 +17,7 @@ the Gaussian noise); this module is the protocol: client steps, server steps and
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
@@ -586,6 +587,22 @@ def fedsc_cluster(
 
 
 # ---------------------------------------------------------------- estimator
+@dataclasses.dataclass
+class _NoisePlan:
+    """The noise of every release of a FedSC fit, fixed before anything is sent."""
+
+    mode: str
+    calibrated_factors: bool = False
+    coef_clip: float | None = None
+    #: How each release is perturbed, as the client steps read it (None: not at all).
+    data: tuple | None = None
+    dictionary: tuple | None = None
+    coef: tuple | None = None
+    #: The calibrated factor scales (``factor_noise_scales``), and the fit's accountant.
+    scales: object = None
+    accountant: object = None
+
+
 class FedSpectralClustering(BaseFederatedClustering):
     """FedSC: federated spectral clustering on a factorised Gaussian kernel.
 
@@ -1054,10 +1071,38 @@ class FedSpectralClustering(BaseFederatedClustering):
 
     # ------------------------------------------------------------ protocol
     def _run_protocol(self, runtime, random_state):
-        mode = self._privacy_plan()
         n_samples = int(np.sum(runtime.client_sizes))
-        m = runtime.n_features
-        P = runtime.n_clients
+        self._check_sizes(n_samples)
+        seed_init, seed_server, seed_pooled = random_state.randint(np.iinfo(np.int32).max, size=3)
+        # Drawn in both modes, so that secure and clear fits share every other draw.
+        seed_sums = int(random_state.randint(np.iinfo(np.int32).max))
+        noise = self._plan_noise()
+        self.privacy_accountant_ = noise.accountant
+        r, public_r, d, stats, feature_totals = self._set_up(
+            runtime, noise, n_samples, seed_pooled, seed_sums
+        )
+        runtime.stage(f"server step: initial dictionary of {d} atoms")
+        dictionary = runtime.server(
+            fedsc_initial_dictionary,
+            feature_totals=feature_totals,
+            n_clients=runtime.n_clients,
+            n_components=d,
+            n_features=runtime.n_features,
+            bandwidth=r,
+            seed=seed_init,
+        )
+        dictionary, coef, coefs, report = self._factorise(runtime, noise, dictionary, public_r)
+        self._cluster_and_label(runtime, dictionary, coef, coefs, r, n_samples, seed_server)
+        self.objective_history_ = (
+            np.asarray(report["objectives"]) if not noise.calibrated_factors else None
+        )
+        self.n_iter_ = self.n_rounds
+        self.privacy_spent_ = None if noise.accountant is None else noise.accountant.spent()
+        if noise.mode == "ratio":
+            self._record_relative_noise(runtime, noise, stats, report)
+        self._directions = _unit_rows(self._embed(self.coef_))
+
+    def _check_sizes(self, n_samples):
         if isinstance(self.n_components, numbers.Integral) and self.n_components > n_samples:
             raise ValueError(
                 f"n_components={self.n_components} exceeds the number of samples "
@@ -1069,32 +1114,30 @@ class FedSpectralClustering(BaseFederatedClustering):
             )
         if not isinstance(self.bandwidth, str):
             _check_bandwidth(self.bandwidth)
-        seed_init, seed_server, seed_pooled = random_state.randint(np.iinfo(np.int32).max, size=3)
-        # Drawn in both modes, so that secure and clear fits share every other draw.
-        seed_sums = int(random_state.randint(np.iinfo(np.int32).max))
-        calibrated_factors = mode == "calibrated" and self.privacy == "factors"
-        coef_clip = self.coef_clip if calibrated_factors else None
 
-        # Noise of every release, fixed before anything is sent.
-        data_noise = dictionary_noise = coef_noise = None
-        accountant = None
+    def _plan_noise(self):
+        """The noise of every release, fixed before anything is sent."""
+        mode = self._privacy_plan()
+        noise = _NoisePlan(mode=mode)
+        noise.calibrated_factors = mode == "calibrated" and self.privacy == "factors"
+        noise.coef_clip = self.coef_clip if noise.calibrated_factors else None
         self.noise_scales_ = {}
         if mode == "ratio":
             alpha_z, alpha_c = self._noise_ratios()
             if self.privacy == "data":
-                data_noise = ("ratio", alpha_z)
+                noise.data = ("ratio", alpha_z)
             else:
-                dictionary_noise = ("ratio", alpha_z) if alpha_z > 0 else None
-                coef_noise = ("ratio", alpha_c) if alpha_c > 0 else None
+                noise.dictionary = ("ratio", alpha_z) if alpha_z > 0 else None
+                noise.coef = ("ratio", alpha_c) if alpha_c > 0 else None
         elif mode == "calibrated" and self.privacy == "data":
             sigma = data_noise_scale(self.epsilon, self.delta, self.clip_norm)
             self._check_noise_scale(sigma, "the rows")
-            data_noise = ("calibrated", self.clip_norm, sigma)
+            noise.data = ("calibrated", self.clip_norm, sigma)
             self.noise_scales_ = {"data": sigma}
-            accountant = self._accountant()
+            noise.accountant = self._accountant()
             # A replaced row moves the perturbed rows by at most 2 clip_norm.
-            accountant.charge("rows", sensitivity=2.0 * self.clip_norm, sigma=sigma)
-        elif calibrated_factors:
+            noise.accountant.charge("rows", sensitivity=2.0 * self.clip_norm, sigma=sigma)
+        elif noise.calibrated_factors:
             scales = factor_noise_scales(
                 self.epsilon,
                 self.delta,
@@ -1107,31 +1150,37 @@ class FedSpectralClustering(BaseFederatedClustering):
             )
             self._check_noise_scale(scales.dictionary, "every dictionary")
             self._check_noise_scale(scales.coef, "the coefficients")
-            dictionary_noise = ("calibrated", None, scales.dictionary)
+            noise.dictionary = ("calibrated", None, scales.dictionary)
             # ||c|| <= 1 / sqrt(reg) always holds; coef_clip (if any) bounds it further.
-            coef_noise = ("calibrated", coef_clip, scales.coef)
+            noise.coef = ("calibrated", noise.coef_clip, scales.coef)
+            noise.scales = scales
             self.noise_scales_ = {"dictionary": scales.dictionary, "coef": scales.coef}
-            accountant = self._accountant()
-        self.privacy_accountant_ = accountant
+            noise.accountant = self._accountant()
+        return noise
 
-        # Set-up: what the hyperparameters and the initial dictionary need.
+    def _set_up(self, runtime, noise, n_samples, seed_pooled, seed_sums):
+        """Bandwidth and dictionary size, from the set-up messages and sums.
+
+        Returns ``(bandwidth, public bandwidth or None, dictionary size, set-up
+        uploads or None, summed feature totals or None)``, the totals being the
+        centre of the first dictionary.
+        """
         pooled = self.bandwidth == "pooled" or self.n_components == "pooled"
-        send_sums = not calibrated_factors
+        send_sums = not noise.calibrated_factors
         send_distance = self.bandwidth == "federated"
-        summed_ranks = self.n_components == "auto"
         # The server needs only the sums of these statistics over the clients:
         # one sum channel (one key agreement) carries them, secure by default.
         # The pooled shortcut uploads the rows, from which it has them anyway.
         channel = SumChannel(runtime, secure=self.secure_aggregation and not pooled, seed=seed_sums)
         max_samples = MAX_SAMPLES
         stats = None
-        if pooled or data_noise is not None:
+        if pooled or noise.data is not None:
             runtime.stage("client step: set-up" + (" (pooled rows)" if pooled else ", noisy rows"))
             stats = runtime.run(
                 fedsc_prepare,
                 tag=TAG_ROWS if pooled else TAG_STATS,
                 setup=True,
-                data_noise=data_noise,
+                data_noise=noise.data,
                 send_rows=pooled,
             )
             if not len(stats):
@@ -1164,7 +1213,7 @@ class FedSpectralClustering(BaseFederatedClustering):
             runtime.broadcast(r, tag=TAG_BANDWIDTH)
         else:
             public_r = r
-        if summed_ranks:
+        if self.n_components == "auto":
             runtime.stage("sum: how many clients have each local dictionary size")
             length = int(min(max_samples, np.max(runtime.client_sizes))) + 1
             counts, _ = channel.sum(
@@ -1181,30 +1230,27 @@ class FedSpectralClustering(BaseFederatedClustering):
             d = int(self.n_components)
         # A bandwidth computed from (degenerate) data must be usable too.
         self.bandwidth_, self.n_components_ = _check_bandwidth(r), int(d)
+        return r, public_r, int(d), stats, feature_totals
 
-        runtime.stage(f"server step: initial dictionary of {d} atoms")
-        dictionary = runtime.server(
-            fedsc_initial_dictionary,
-            feature_totals=feature_totals,
-            n_clients=P,
-            n_components=d,
-            n_features=m,
-            bandwidth=r,
-            seed=seed_init,
-        )
+    def _factorise(self, runtime, noise, dictionary, public_r):
+        """Stage I, the federated factorisation: ``n_rounds`` rounds, then the coefficients.
 
-        # Stage I: the federated factorisation.
+        Returns ``(dictionary, coef or None, coefficient uploads or None,
+        report)``, the report holding the objectives and the relative noise's
+        scales.
+        """
         weighted = self.aggregation == "weighted"
         legacy = self.final_coef == "legacy"
+        accountant, scales = noise.accountant, noise.scales
         # The objective is a function of the clean rows: calibrated factor
         # noise does not cover it, so the clients keep it to themselves.
-        send_objective = not calibrated_factors
+        send_objective = not noise.calibrated_factors
         coef = None
-        objectives, dictionary_scales, coef_scales = [], [], None
+        report = {"objectives": [], "dictionary_scales": [], "coef_scales": None}
         for s in range(self.n_rounds):
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
             last = s == self.n_rounds - 1
-            if calibrated_factors:
+            if noise.calibrated_factors:
                 # Charged before the release: a budget the accountant refuses stops the fit
                 # before anything leaves.
                 accountant.charge(
@@ -1218,45 +1264,44 @@ class FedSpectralClustering(BaseFederatedClustering):
             uploads = runtime.run(
                 fedsc_round,
                 tag=TAG_UPLOAD + (" and coefficients" if legacy and last else ""),
-                check_underflow=s == 0 and not calibrated_factors,
+                check_underflow=s == 0 and not noise.calibrated_factors,
                 bandwidth=public_r,
                 reg=self.reg,
                 z_update=self.z_update,
                 learning_rate=self.learning_rate,
-                coef_clip=coef_clip,
-                dictionary_noise=dictionary_noise,
+                coef_clip=noise.coef_clip,
+                dictionary_noise=noise.dictionary,
                 send_count=weighted,
                 send_objective=send_objective,
                 send_coef=legacy and last,
-                coef_noise=coef_noise,
+                coef_noise=noise.coef,
             )
             runtime.stage(f"server step: round {s + 1}, mean of the dictionaries")
-            dictionary, coef, report = runtime.server(
+            dictionary, coef, round_report = runtime.server(
                 fedsc_aggregate,
                 uploads,
                 aggregation=self.aggregation,
                 with_coef=legacy and last,
             )
-            objectives.append(report["objective"])
-            if "noise_scale" in report:
-                dictionary_scales.append(report["noise_scale"])
-            coef_scales = report.get("coef_noise_scale")
+            report["objectives"].append(round_report["objective"])
+            if "noise_scale" in round_report:
+                report["dictionary_scales"].append(round_report["noise_scale"])
+            report["coef_scales"] = round_report.get("coef_noise_scale")
         coefs = None
         if not legacy:
             runtime.broadcast(dictionary, tag=TAG_DICTIONARY)
-            if calibrated_factors:
+            if noise.calibrated_factors:
                 self._charge_coef(accountant, scales)
             runtime.stage("client step: coefficients for the final dictionary")
             coefs = runtime.run(
-                fedsc_coefficients,
-                tag=TAG_COEF,
-                reg=self.reg,
-                coef_noise=coef_noise,
+                fedsc_coefficients, tag=TAG_COEF, reg=self.reg, coef_noise=noise.coef
             )
-            if _relative(coef_noise):
-                coef_scales = runtime.server(fedsc_reported, coefs, key="noise_scale")
+            if _relative(noise.coef):
+                report["coef_scales"] = runtime.server(fedsc_reported, coefs, key="noise_scale")
+        return dictionary, coef, coefs, report
 
-        # Stage II on the server.
+    def _cluster_and_label(self, runtime, dictionary, coef, coefs, r, n_samples, seed):
+        """Stage II on the server: the kNN graph of the reconstructed kernel, NJW, the labels."""
         self.n_neighbors_ = self._n_neighbors(n_samples)
         runtime.stage("server step: kNN graph of the reconstructed kernel and NJW clustering")
         labels, affinity, coef = runtime.server(
@@ -1269,42 +1314,41 @@ class FedSpectralClustering(BaseFederatedClustering):
             n_neighbors=self.n_neighbors_,
             kernel_scaling=self.kernel_scaling,
             kmeans_n_init=self.kmeans_n_init,
-            seed=seed_server,
+            seed=seed,
         )
         # k-means labels are int32: 4 bytes per sample on the wire. The server
         # stacked the clients' coefficients in client order, so client c's
         # labels are the slice the public client sizes give.
         labels = labels.astype(np.int32, copy=False)
         offsets = np.concatenate([[0], np.cumsum(runtime.client_sizes)])
-        runtime.send({c: labels[offsets[c] : offsets[c + 1]] for c in range(P)}, tag=TAG_LABELS)
+        runtime.send(
+            {c: labels[offsets[c] : offsets[c + 1]] for c in range(runtime.n_clients)},
+            tag=TAG_LABELS,
+        )
         runtime.stage("client step: labels")
         runtime.run(fedsc_receive_labels, tag="keep labels")
-
         # What the server holds: what it received, sent or computed, with the
         # samples in its stacking order (client by client).
         self.dictionary_ = dictionary
         self.coef_ = coef.T
         self.affinity_matrix_ = affinity.tocsr()
         self.stacked_labels_ = labels
-        self.objective_history_ = np.asarray(objectives) if send_objective else None
-        self.n_iter_ = self.n_rounds
-        self.privacy_spent_ = None if accountant is None else accountant.spent()
-        if mode == "ratio":
-            if self.privacy == "data":
-                self.noise_scales_ = {
-                    "data": runtime.server(fedsc_reported, stats, key="noise_scale")
-                }
-            else:
-                # A zero ratio adds no noise, and its scale is 0 (public).
-                self.noise_scales_ = {
-                    "dictionary": (
-                        np.array(dictionary_scales)
-                        if dictionary_noise is not None
-                        else np.zeros((self.n_rounds, P))
-                    ),
-                    "coef": coef_scales if coef_noise is not None else np.zeros(P),
-                }
-        self._directions = _unit_rows(self._embed(self.coef_))
+
+    def _record_relative_noise(self, runtime, noise, stats, report):
+        """The scales of relative noise, which only the clients knew and reported."""
+        if self.privacy == "data":
+            self.noise_scales_ = {"data": runtime.server(fedsc_reported, stats, key="noise_scale")}
+            return
+        # A zero ratio adds no noise, and its scale is 0 (public).
+        P = runtime.n_clients
+        self.noise_scales_ = {
+            "dictionary": (
+                np.array(report["dictionary_scales"])
+                if noise.dictionary is not None
+                else np.zeros((self.n_rounds, P))
+            ),
+            "coef": report["coef_scales"] if noise.coef is not None else np.zeros(P),
+        }
 
     @staticmethod
     def _setup_sums(runtime, channel, send_sums, send_distance, max_samples):
