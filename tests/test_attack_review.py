@@ -19,7 +19,7 @@ from skfedclust.methods._fedkmeans_steps import (
     fedkmeans_lloyd_statistics,
     fedkmeans_nearest_distances,
 )
-from skfedclust.methods._fedsc import fedsc_rows
+from skfedclust.methods._fedsc_steps import fedsc_rows
 from skfedclust.metrics import cluster_moments_bound_step
 
 

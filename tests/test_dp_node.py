@@ -241,7 +241,7 @@ def test_fedsc_releases_without_calibrated_noise_are_refused_by_a_node_with_a_bu
 def test_fedsc_factor_noise_smaller_than_the_sensitivity_needs_is_refused():
     # A lying coordinator halves the dictionary's noise: the node computes the
     # sensitivity itself, so the same budget no longer pays for the release.
-    from skfedclust.methods._fedsc import fedsc_round
+    from skfedclust.methods._fedsc_steps import fedsc_round
     from skfedclust.secure import factor_noise_scales
 
     scales = factor_noise_scales(
@@ -276,7 +276,7 @@ def test_fedsc_factor_noise_smaller_than_the_sensitivity_needs_is_refused():
 def test_fedsc_noise_comes_from_the_cryptographic_generator():
     # The same public seed and another private entropy: other noise. The same
     # entropy: the noise private_normal draws (reproducible in a simulation).
-    from skfedclust.methods._fedsc import _perturb
+    from skfedclust.methods._fedsc_steps import _perturb
 
     matrix = np.zeros((50, 4))
     noise = ("calibrated", None, 2.0)
@@ -296,7 +296,7 @@ def test_a_nodes_budget_names_its_neighbouring_relation():
 
 
 def test_fedsc_objective_in_the_clear_is_refused_by_a_node_with_a_budget():
-    from skfedclust.methods._fedsc import fedsc_round
+    from skfedclust.methods._fedsc_steps import fedsc_round
     from skfedclust.secure import factor_noise_scales
 
     scales = factor_noise_scales(

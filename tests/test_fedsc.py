@@ -15,14 +15,7 @@ from threadpoolctl import threadpool_limits
 from skfedclust import FedSpectralClustering
 from skfedclust.clusterers._njw import njw_spectral_clustering
 from skfedclust.federation import use_runtime
-from skfedclust.methods._fedsc import (
-    TAG_COEF,
-    TAG_RANK,
-    TAG_ROWS,
-    TAG_STATS,
-    TAG_UPLOAD,
-    fedsc_initial_dictionary,
-)
+from skfedclust.methods._fedsc import fedsc_initial_dictionary
 from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_update,
@@ -34,6 +27,7 @@ from skfedclust.methods._fedsc_core import (
     solve_coefficients,
     trilateration_attack,
 )
+from skfedclust.methods._fedsc_steps import TAG_COEF, TAG_RANK, TAG_ROWS, TAG_STATS, TAG_UPLOAD
 from skfedclust.metrics import clustering_accuracy
 from skfedclust.secure import (
     clip_rows,

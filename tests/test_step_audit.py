@@ -23,7 +23,7 @@ from skfedclust.utils.discovery import all_estimators
 BOUND_ONLY_STEPS = {
     "skfedclust.secure._moments:moments_rows",
     "skfedclust.secure._moments:moments_deviations",
-    "skfedclust.methods._fedsc:fedsc_rows",
+    "skfedclust.methods._fedsc_steps:fedsc_rows",
 }
 RELEASES_ROWS_STEPS = {
     "skfedclust.methods._dc:dc_party_intermediate",
@@ -81,7 +81,7 @@ def test_every_step_belongs_to_a_method_or_is_shared(steps):
             cls = estimators[step.method]
             assert step.module in (cls.__module__, *getattr(cls, "_client_step_modules", ()))
     by_name = {step.qualified_name: step for step in steps}
-    assert by_name["skfedclust.methods._fedsc:fedsc_rows"].method == "FedSpectralClustering"
+    assert by_name["skfedclust.methods._fedsc_steps:fedsc_rows"].method == "FedSpectralClustering"
     assert by_name["skfedclust.methods._dc:dc_party_intermediate"].method == "DCClustering"
     # A method's own step module; a module that defines another method stays that one's.
     lloyd = by_name["skfedclust.methods._fedkmeans_steps:fedkmeans_lloyd_statistics"]
@@ -128,7 +128,7 @@ def test_per_client_inputs_and_summaries(steps):
         "Client step: k-means on the client's own rows; send the centers."
     )
     # A sentence ends at a full stop followed by a capital, not inside "(Eq. 43)".
-    assert "Eq. 43" in by_name["skfedclust.methods._fedsc:fedsc_rank_histogram"].summary
+    assert "Eq. 43" in by_name["skfedclust.methods._fedsc_steps:fedsc_rank_histogram"].summary
     # Roles relative to the step's module become literals.
     kept = by_name["skfedclust.methods._centroid_steps:lloyd_kept_statistics"].summary
     assert kept.startswith("``lloyd_statistics`` for the centers")
