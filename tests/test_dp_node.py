@@ -213,9 +213,12 @@ def test_fedsc_releases_are_charged_to_the_nodes_own_budget(params):
     clients = _iris_clients()
     # Every node pays the whole epsilon the estimator claims, from its own
     # computation of each release's sensitivity.
-    with simulated_nodes(dp_epsilon=1.0), refused("dp-budget"):
+    # A budget per fit (no ledger): a node that charged its first releases
+    # before another refused the fit would otherwise carry them over.
+    per_fit = dict(dp_epsilon=1.0, privacy_ledger=False)
+    with simulated_nodes(**per_fit), refused("dp-budget"):
         FedSpectralClustering(3, **{**params, "epsilon": 1.5}).fit(clients)
-    with simulated_nodes(dp_epsilon=1.0):
+    with simulated_nodes(**per_fit):
         est = FedSpectralClustering(3, **params).fit(clients)
     assert est.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
 

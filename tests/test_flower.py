@@ -6,6 +6,7 @@ some run Flower's simulation runtime (Ray) and one a real local deployment
 method).
 """
 
+import functools
 import json
 import os
 import shutil
@@ -179,10 +180,23 @@ def _clients(n=4, seed=0):
     return [X[i::n] for i in range(n)]
 
 
+@functools.lru_cache
+def _standing_identities(n_nodes):
+    """Identity keys and a trust file of ``n_nodes`` nodes, the same for every fit.
+
+    A test's repeated fits are fits of the same nodes: a node's ledger
+    compares the secure sums of different fits by its peers' identities, and
+    refuses a sum of an earlier fit over nodes of other identities.
+    """
+    return tuple(_authenticated([{} for _ in range(n_nodes)]))
+
+
 def _local_fit(estimator, clients, private_seeds=None, **grid_kwargs):
     memory = Memory()
     app = make_client_app(Clients(clients), save_output=memory, allowed_modules=ALLOWED)
-    configs = [{"partition-id": i} for i in range(len(clients))]
+    configs = [
+        {"partition-id": i, **keys} for i, keys in enumerate(_standing_identities(len(clients)))
+    ]
     if private_seeds is not None:
         configs = [{**c, "private-seed": s} for c, s in zip(configs, private_seeds)]
     grid = LocalGrid(app, configs, **grid_kwargs)
@@ -1243,6 +1257,8 @@ def _flwr_env(tmp_path):
         **os.environ,
         "FLWR_HOME": str(home),
         "HOME": str(tmp_path / "home"),
+        # The nodes' default privacy ledgers: in the test's directory, not the user's.
+        "SKFEDCLUST_STATE_DIR": str(tmp_path / "state"),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         # The settings the guide recommends for short rounds.
         "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
@@ -1832,7 +1848,7 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "min_sum_participants": 3,
                 "allow_clear_sums": False,
                 "dp_epsilon": None,
-                "privacy_ledger": False,
+                "privacy_ledger": True,
                 "max_fits": None,
                 "max_bound_queries": 8,
                 "trusted_identities": True,

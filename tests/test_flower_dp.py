@@ -78,3 +78,24 @@ def test_the_coordinator_logs_each_nodes_budget_and_ledger():
     assert "DP budget epsilon 1 across fits (ledger), at most 3 fits" in line
     assert "DP budget epsilon 0.5 per fit" in _describe_policy({"dp_epsilon": 0.5})
     assert "no DP budget" in _describe_policy({})
+
+
+def test_a_nodes_ledger_refuses_a_sum_of_an_earlier_fit_over_other_nodes_on_flower():
+    # The same four nodes (the same identity keys) fit twice, then three of
+    # them again: the third fit's sums over three of the four nodes repeat the
+    # first fits' over four, which the nodes' default ledgers refuse.
+    from test_flower import _authenticated, _fit_with_configs
+
+    clients = _clients(n=4)
+    configs = _authenticated([{"partition-id": i} for i in range(4)])
+
+    def fit(n_nodes):
+        estimator = FederatedKMeans(4, random_state=0)
+        return _fit_with_configs(estimator, clients[:n_nodes], configs[:n_nodes])[0]
+
+    first = fit(4)
+    np.testing.assert_allclose(fit(4).cluster_centers_, first.cluster_centers_)
+    with pytest.raises(
+        FlowerNodeError, match="one-sum-per-input.*earlier fit on this node.s rows added"
+    ):
+        fit(3)

@@ -48,7 +48,7 @@ def test_without_a_ledger_a_repeated_fit_gets_a_fresh_budget(tmp_path):
     # The attack the ledger stops: the same fit, started again, spends the
     # node's budget again; each fit alone is within it.
     clients = _clients()
-    with nodes(dp_epsilon=0.5):
+    with nodes(dp_epsilon=0.5, privacy_ledger=False):
         for _ in range(3):
             _dp_fit().fit(clients)
 
@@ -125,14 +125,19 @@ def test_the_ledger_holds_what_the_fit_spent(tmp_path):
 
 def test_policy_fields_are_checked():
     with pytest.raises(ValueError, match="max-fits needs a privacy-ledger"):
-        NodePolicy(max_fits=3)
+        NodePolicy(max_fits=3, privacy_ledger=False)
+    with pytest.raises(ValueError, match="max-fits needs a privacy-ledger"):
+        NodePolicy.from_node_config({"privacy-ledger": "none", "max-fits": "3"})
+    with pytest.raises(ValueError, match="privacy-ledger is empty"):
+        NodePolicy.from_node_config({"privacy-ledger": ""})
     with pytest.raises(ValueError, match="max-fits must be an int >= 1"):
         NodePolicy(privacy_ledger="x", max_fits=0)
     policy = NodePolicy.from_node_config({"privacy-ledger": "/tmp/l", "max-fits": "4"})
     assert (policy.privacy_ledger, policy.max_fits) == ("/tmp/l", 4)
     with pytest.raises(ValueError, match="max-fits=.*integer"):
         NodePolicy.from_node_config({"privacy-ledger": "/tmp/l", "max-fits": "2.5"})
-    assert NodePolicy().ledger(np.zeros((2, 2)), "fit") is None
+    assert NodePolicy(privacy_ledger=False).ledger(np.zeros((2, 2)), "fit") is None
+    assert NodePolicy.simulation().ledger(np.zeros((2, 2)), "fit") is None
 
 
 def test_a_ledger_of_another_format_is_refused(tmp_path):

@@ -13,12 +13,36 @@ a file of that directory:
   Gaussian releases compose exactly, whichever fit made them);
 * with ``max-fits``, it refuses a fit beyond that many on those rows (rule
   ``max-fits``), at the handshake on a deployment, at its first step in a
-  simulation.
+  simulation;
+* its secure sums' rule ``one-sum-per-input``
+  (:mod:`skfedclust.secure._sum_guard`) holds across fits: for every sum it
+  joins, the ledger keeps the keys the rule compares (the statistic, and each
+  float array it added), who took part and, from its unmasking, who survived.
+  A later fit that asks it to add a recorded key over other participants, or
+  to unmask one with other survivors, is refused: the sum over everyone in
+  one fit and over everyone but one in the next would give away that one's
+  vector as surely as two sums of one fit. The same participants and
+  survivors (an honest re-fit over the same clients) tell nothing new and
+  are accepted.
+
+Participants are compared by **identity**, not by slot number: a
+coordinator may hand out the slots in another order at every fit. On Flower
+a slot's identity is the fingerprint of the identity key the node verified
+in the roster; a slot the node cannot authenticate (no identity, or a node
+that allows unauthenticated peers and checks no signature) gets an identity
+of that fit alone, so any repeat over it is refused (the node fails closed).
+In a simulation a slot's identity is the fingerprint of its rows.
 
 A release is written to the ledger when it is charged, before its noise is
-drawn and before the step returns: a crash or a refusal later in the fit
-leaves it charged (the node errs on the side of its data). The file is
-replaced atomically (:func:`os.replace`), never edited in place.
+drawn, and a sum when the node joins it, before its masked upload leaves the
+node (its survivors before its unmasking does): a crash or a refusal later in
+the fit leaves them on record (the node errs on the side of its data). The
+file is replaced atomically (:func:`os.replace`), never edited in place.
+
+Version 2 of the file adds the sums' record; a file of version 1 is read (its
+releases and fits hold) and rewritten as version 2 at its next change. Sums
+joined before then are not on record: a node upgraded mid-way starts its
+record empty rather than locking its owner out of the budget it keeps.
 """
 
 from __future__ import annotations
@@ -33,7 +57,9 @@ import numpy as np
 
 __all__ = ["NodeLedger", "data_fingerprint"]
 
-_VERSION = 1
+_VERSION = 2
+#: Versions this module reads; an older file gets an empty record of sums.
+_READABLE = (1, 2)
 
 
 def data_fingerprint(data):
@@ -43,6 +69,16 @@ def data_fingerprint(data):
     h.update(array.dtype.str.encode() + repr(array.shape).encode())
     h.update(array.tobytes())
     return h.hexdigest()
+
+
+def _client_set(sets, identities):
+    """The position of the client set ``identities`` in ``sets`` (appended if new)."""
+    entry = sorted(str(i) for i in identities)
+    try:
+        return sets.index(entry)
+    except ValueError:
+        sets.append(entry)
+        return len(sets) - 1
 
 
 class NodeLedger:
@@ -76,10 +112,20 @@ class NodeLedger:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
-            return {"version": _VERSION, "fits": [], "releases": []}
-        record = json.loads(text)
-        if record.get("version") != _VERSION:
-            raise ValueError(f"{self.path}: not a privacy ledger of version {_VERSION}")
+            text = "{}"
+        record = json.loads(text) or {"version": _VERSION}
+        if record.get("version") not in _READABLE:
+            raise ValueError(
+                f"{self.path}: not a privacy ledger of versions {list(_READABLE)} (this node "
+                f"writes version {_VERSION}); move it aside only if its fits may be forgotten"
+            )
+        record["version"] = _VERSION
+        for field in ("fits", "releases"):
+            record.setdefault(field, [])
+        # Client sets (participants, survivors) are stored once each and
+        # referred to by position: a fit joins hundreds of sums over one set.
+        record.setdefault("client_sets", [])
+        record.setdefault("sums", {})
         return record
 
     def _write(self, record):
@@ -130,6 +176,86 @@ class NodeLedger:
             [self.fit, str(w), float(s), float(g), int(c)] for w, s, g, c in releases
         )
         self._write(record)
+
+    def identities(self, party, clients):
+        """The identities of ``clients`` (slots) as ``party`` knows them.
+
+        A slot without a known identity gets one of this fit alone: a repeat
+        over it in another fit is refused (the node fails closed).
+        """
+        known = party.identities or ()
+        return [
+            known[c] if c < len(known) and known[c] is not None else f"fit {self.fit}, slot {c}"
+            for c in map(int, clients)
+        ]
+
+    def join_sum(self, keys, participants):
+        """Record a sum over ``participants`` adding ``keys``; refuse a repeat of an earlier fit.
+
+        Parameters
+        ----------
+        keys : sequence of bytes
+            The keys rule ``one-sum-per-input`` compares (statistic, values).
+        participants : sequence of str
+            The participants' identities.
+
+        Raises
+        ------
+        SumRefusal
+            Rule ``one-sum-per-input``: an earlier fit added one of ``keys``
+            over other participants.
+        """
+        record = self._read()
+        sums = record["sums"]
+        mine = _client_set(record["client_sets"], participants)
+        new = {}
+        for key in map(bytes.hex, keys):
+            entry = sums.get(key)
+            if entry is None:
+                new[key] = [self.fit, mine, None]
+            elif entry[0] != self.fit and entry[1] != mine:
+                self._refuse("added this statistic or these values over other clients")
+        # A repeat of what is on record adds nothing: only a new key costs a write.
+        if new:
+            sums.update(new)
+            self._write(record)
+
+    def unmask_sum(self, keys, survivors):
+        """Record the survivors of a sum adding ``keys``; refuse other survivors than an
+        earlier fit's.
+
+        Raises
+        ------
+        SumRefusal
+            Rule ``one-sum-per-input``: an earlier fit unmasked one of ``keys``
+            with other survivors.
+        """
+        record = self._read()
+        sets, sums = record["client_sets"], record["sums"]
+        ending = _client_set(sets, survivors)
+        changed = False
+        for key in map(bytes.hex, keys):
+            entry = sums.get(key)
+            if entry is None:
+                continue
+            if entry[2] is None:
+                # Survivors a fit never learned (it ended before this node
+                # unmasked) are known from now on.
+                entry[2] = ending
+                changed = True
+            elif entry[0] != self.fit and entry[2] != ending:
+                self._refuse("unmasked this statistic or these values with other survivors")
+        if changed:
+            self._write(record)
+
+    def _refuse(self, what):
+        from ..secure._sum_guard import SumRefusal
+
+        raise SumRefusal(
+            "one-sum-per-input",
+            f"an earlier fit on this node's rows {what} (kept in its privacy ledger "
+            f"{self.path}); a second sum would give away the difference",
+        )
 
     def __repr__(self):
         return f"NodeLedger({str(self.path)!r}, fit={self.fit!r})"

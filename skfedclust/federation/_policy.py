@@ -62,10 +62,17 @@ node therefore checks each request against its own policy before it answers:
     the limit off.
 ``privacy-ledger``
     A directory where the node keeps, for each data set it holds, every
-    differentially private release it charged and every fit it took part in
-    (``skfedclust.federation._node_ledger``): ``dp-epsilon`` and
-    ``dp-delta`` then bound all fits on those rows together, not each fit.
-    None by default (the budget is per fit).
+    differentially private release it charged, every fit it took part in and
+    the record of its secure sums (``skfedclust.federation._node_ledger``):
+    ``dp-epsilon`` and ``dp-delta`` then bound all fits on those rows
+    together, not each fit, and a sum repeated by a later fit over other
+    clients is refused (rule ``one-sum-per-input``). By default the per-user
+    state directory (:func:`default_ledger_directory`:
+    ``$SKFEDCLUST_STATE_DIR/ledger``, else
+    ``$XDG_STATE_HOME/skfedclust/ledger``, else
+    ``~/.local/state/skfedclust/ledger``). ``none`` keeps no ledger, which
+    weakens the node: its budget is then per fit, and a coordinator that
+    starts fit after fit can take the difference of two sums of them.
 ``max-fits``
     With a ledger: the most fits the node's rows take part in (no limit by
     default); a fit beyond it is refused at the handshake (rule ``max-fits``).
@@ -83,11 +90,18 @@ as a :class:`~skfedclust.flower.FlowerNodeError` naming the node.
 
 from __future__ import annotations
 
+import os
 import weakref
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DEFAULT_MIN_SUM_PARTICIPANTS", "NodePolicy", "method_step_modules"]
+__all__ = [
+    "DEFAULT_MIN_SUM_PARTICIPANTS",
+    "NodePolicy",
+    "default_ledger_directory",
+    "method_step_modules",
+]
 
 #: A secure sum of two clients tells each the other's vector.
 DEFAULT_MIN_SUM_PARTICIPANTS = 3
@@ -135,6 +149,38 @@ def method_step_modules(method):
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+def default_ledger_directory():
+    """The per-user directory of a node's privacy ledger (``privacy-ledger``'s default).
+
+    ``$SKFEDCLUST_STATE_DIR/ledger`` if set, else
+    ``$XDG_STATE_HOME/skfedclust/ledger``, else
+    ``~/.local/state/skfedclust/ledger``.
+    """
+    state = os.environ.get("SKFEDCLUST_STATE_DIR")
+    if state:
+        return Path(state) / "ledger"
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "skfedclust" / "ledger"
+
+
+def _ledger_setting(value):
+    """``privacy-ledger`` as given: ``None`` (the default directory), ``False`` (none), a path."""
+    if value is None or value is False:
+        return value
+    if value is True:
+        return None
+    text = str(value).strip()
+    if text.lower() in ("none", "false"):
+        return False
+    if not text:
+        raise ValueError(
+            'privacy-ledger is empty: give a directory, or "none" to keep no ledger (a '
+            "weaker node: its budget and its secure sums' rules then hold per fit)"
+        )
+    return str(value)
 
 
 def _flag(value, field):
@@ -220,9 +266,12 @@ class NodePolicy:
     max_bound_queries : int or None, default=8
         Bound agreements per fit and step with different inputs (``None`` or
         0: no limit).
-    privacy_ledger : str, path-like or None, default=None
-        The node's ledger directory: its budget and its count of fits then
-        hold across fits on the same rows (``None``: per fit).
+    privacy_ledger : str, path-like, None or False, default=None
+        The node's ledger directory: its budget, its count of fits and its
+        secure sums' record hold across fits on the same rows. ``None``: the
+        per-user state directory (:func:`default_ledger_directory`, read
+        when the ledger is used); ``False`` or ``"none"``: no ledger (the
+        budget and the sums' rules are per fit, a weaker node).
     max_fits : int or None, default=None
         With ``privacy_ledger``: the most fits on the node's rows.
     """
@@ -256,11 +305,11 @@ class NodePolicy:
             isinstance(max_fits, bool) or int(max_fits) != max_fits or int(max_fits) < 1
         ):
             raise ValueError(f"max-fits must be an int >= 1, got {max_fits!r}")
-        if max_fits is not None and privacy_ledger in (None, ""):
+        self._privacy_ledger = _ledger_setting(privacy_ledger)
+        if max_fits is not None and self._privacy_ledger is False:
             raise ValueError(
                 "max-fits needs a privacy-ledger: the node counts its fits there, across fits"
             )
-        self.privacy_ledger = None if privacy_ledger in (None, "") else str(privacy_ledger)
         if max_bound_queries is not None and (
             isinstance(max_bound_queries, bool)
             or int(max_bound_queries) != max_bound_queries
@@ -322,6 +371,8 @@ class NodePolicy:
             refuse_raw_rows=False,
             dc_full_rank_maps=True,
             allow_clear_sums=True,
+            # The user's own data, fitted as often as the user likes.
+            privacy_ledger=False,
         )
 
     @classmethod
@@ -361,13 +412,30 @@ class NodePolicy:
             max_fits=_count(node_config.get("max-fits"), "max-fits"),
         )
 
-    def ledger(self, data, fit):
-        """The node's ledger of ``data`` for the fit ``fit`` (``None`` without one)."""
-        if self.privacy_ledger is None or data is None:
+    @property
+    def privacy_ledger(self):
+        """The ledger directory (str), or ``None`` for a node without a ledger."""
+        if self._privacy_ledger is False:
+            return None
+        if self._privacy_ledger is None:
+            # Read at use, not at construction: the state directory is the
+            # environment's of the process the node runs in.
+            return str(default_ledger_directory())
+        return self._privacy_ledger
+
+    def ledger(self, data, fit, *, fingerprint=None):
+        """The node's ledger of ``data`` for the fit ``fit`` (``None`` without one).
+
+        ``fingerprint``: ``data``'s :func:`data_fingerprint`, if already known.
+        """
+        directory = self.privacy_ledger
+        if directory is None or data is None:
             return None
         from ._node_ledger import NodeLedger, data_fingerprint
 
-        return NodeLedger(self.privacy_ledger, data_fingerprint(data), fit, max_fits=self.max_fits)
+        if fingerprint is None:
+            fingerprint = data_fingerprint(data)
+        return NodeLedger(directory, fingerprint, fit, max_fits=self.max_fits)
 
     def check_method(self, method):
         """Refuse a fit of ``method`` (an estimator class name) that the policy does not allow."""

@@ -168,7 +168,14 @@ class Party:
     ledger : object, default=None
         The node's privacy ledger of its rows (a ``NodeLedger``), for this fit (its policy's
         ``privacy_ledger``): its accountant starts from every release charged
-        on those rows in earlier fits.
+        on those rows in earlier fits, and its secure sums' record holds
+        across fits.
+    identities : tuple or None, default=None
+        Who holds each slot, as this party knows it (one entry per party,
+        ``None`` for a slot it cannot tell): its ledger compares the
+        participants of secure sums of different fits by these, since the
+        slots may be handed out in another order at every fit. ``None``: no
+        slot is known.
 
     Attributes
     ----------
@@ -185,6 +192,7 @@ class Party:
         "n_threads",
         "policy",
         "ledger",
+        "identities",
         "_entropy",
         "_stream",
         "_rng",
@@ -192,11 +200,20 @@ class Party:
     )
 
     def __init__(
-        self, index, seed=None, entropy=None, stream=(), n_threads=1, policy=None, ledger=None
+        self,
+        index,
+        seed=None,
+        entropy=None,
+        stream=(),
+        n_threads=1,
+        policy=None,
+        ledger=None,
+        identities=None,
     ):
         from ._policy import NodePolicy
 
         self.ledger = ledger
+        self.identities = None if identities is None else tuple(identities)
         self.index = int(index)
         self.n_threads = max(1, int(n_threads))
         self.seed = None if seed is None else int(seed)
@@ -248,6 +265,7 @@ class Party:
                 self.n_threads,
                 self.policy,
                 self.ledger,
+                self.identities,
             ),
         )
 
@@ -856,6 +874,7 @@ class InProcessRuntime(Runtime):
         # continuing an earlier one (predict) is not a fit of its own.
         self._fit_token = None if session is not None else os.urandom(16).hex()
         self._ledgers = {}
+        self._slot_identities = None
         self._t0 = time.perf_counter()
         #: One entry per exchange: (phase, tag, kind, step name, senders or None).
         #: It keeps no payload alive.
@@ -888,6 +907,7 @@ class InProcessRuntime(Runtime):
 
     def _party(self, c, n_threads=1):
         seed = int(self.seeds[c]) if c < self.n_clients else None
+        ledger = self._ledger(c)
         return Party(
             c,
             seed,
@@ -895,15 +915,35 @@ class InProcessRuntime(Runtime):
             stream=(self._exchange,),
             n_threads=n_threads,
             policy=self.policy,
-            ledger=self._ledger(c),
+            ledger=ledger,
+            identities=None if ledger is None else self._identities(),
         )
+
+    def _identities(self):
+        """Each slot's identity: the fingerprint of its rows (a party without rows, its slot).
+
+        The rows stand for the node that holds them: a simulation of the same
+        data sets in another order is the same nodes in other slots.
+        """
+        if self._slot_identities is None:
+            from ._node_ledger import data_fingerprint
+
+            self._slot_identities = tuple(
+                data_fingerprint(self._data(c)) if c < self.n_clients else f"party {c}"
+                for c in range(self.n_parties)
+            )
+        return self._slot_identities
 
     def _ledger(self, c):
         """Party ``c``'s privacy ledger for this fit, the fit counted at its first step."""
         if self._fit_token is None or self.policy.privacy_ledger is None:
             return None
         if c not in self._ledgers:
-            ledger = self.policy.ledger(self._data(c), self._fit_token)
+            ledger = self.policy.ledger(
+                self._data(c),
+                self._fit_token,
+                fingerprint=None if c >= self.n_clients else self._identities()[c],
+            )
             if ledger is not None:
                 ledger.enter_fit()
             self._ledgers[c] = ledger

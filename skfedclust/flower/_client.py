@@ -163,6 +163,14 @@ def _check_roster(begin, node_config, record):
 
     Run before the node seals or opens anything; a failure is a
     :class:`PermissionError` naming the rule and the slot.
+
+    Returns
+    -------
+    identities : list of str or None
+        Each slot's identity fingerprint as this node verified it: ``None``
+        for a slot without one, and for every slot when the node checks no
+        signature (``allow-unauthenticated`` without trusted identities: the
+        server may put anyone's public identity in a slot it controls).
     """
     if not isinstance(begin, dict):
         raise _crypto.RosterError("roster-format", None, f"malformed begin record {begin!r}")
@@ -182,7 +190,7 @@ def _check_roster(begin, node_config, record):
         "identity": bytes.fromhex(record["identity"]) if record["identity"] else None,
         "nonce": bytes.fromhex(record["nonce"]),
     }
-    _crypto.verify_roster(
+    prints = _crypto.verify_roster(
         begin.get("roster"),
         party=party,
         n_parties=n_parties,
@@ -191,6 +199,9 @@ def _check_roster(begin, node_config, record):
         method=record["method"] or None,
         trusted=trusted,
     )
+    if trusted is None:
+        return [None] * len(prints)
+    return prints
 
 
 # --------------------------------------------------------------------------- #
@@ -623,7 +634,8 @@ class _Service:
         record = self._session(context, control)
         if control.get("begin"):
             # The whole roster is checked before this node seals or opens anything.
-            _check_roster(control["begin"], context.node_config, record)
+            identities = _check_roster(control["begin"], context.node_config, record)
+            record["identities"] = json.dumps(identities)
             record["begin"] = json.dumps(control["begin"])
             record["roster"] = _crypto.roster_digest(control["begin"]["roster"])
         if not record["begin"]:
@@ -698,6 +710,9 @@ class _Service:
             n_threads=node_threads(context.node_config),
             policy=policy,
             ledger=_node_ledger(policy, record, session),
+            # The ledger compares sums of different fits by who took part, not
+            # by slot: a slot it could not authenticate is of this fit alone.
+            identities=json.loads(record["identities"]) if "identities" in record else None,
         )
         state = _load_state(context, session)
         with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):

@@ -576,6 +576,11 @@ def secure_sum_upload_step(
         j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
         for k, j in enumerate(mine)
     }
+    if party.ledger is not None:
+        # Across fits, before the masked upload leaves the node: the record
+        # is on disk even if the fit ends before this sum is unmasked.
+        ledger = party.ledger
+        ledger.join_sum((statistic, *plaintexts), ledger.identities(party, participants))
     keep[RECORD] = record.replace(
         last_id=int(sum_id),
         open=OpenSum(
@@ -747,17 +752,19 @@ def secure_sum_unmask_step(data, inbox, state, party):
                 )
             key = _pair_key_int(seeds[j], current.sum_id, current.key_digest)
             pair_keys.append([j, *_split_words([key])])
+    statistics = check_repeat_survivors(record, current, sorted(survivors))
+    if party.ledger is not None:
+        ledger = party.ledger
+        ledger.unmask_sum(
+            (current.statistic, *current.plaintexts), ledger.identities(party, survivors)
+        )
     return Reply(
         send=(
             np.array(b_shares, dtype=np.uint64).reshape(-1, 4),
             np.array(pair_keys, dtype=np.uint64).reshape(-1, 3),
             np.array(key_shares, dtype=np.uint64).reshape(-1, 5),
         ),
-        keep={
-            RECORD: record.replace(
-                open=None, statistics=check_repeat_survivors(record, current, sorted(survivors))
-            )
-        },
+        keep={RECORD: record.replace(open=None, statistics=statistics)},
     )
 
 
