@@ -82,7 +82,7 @@ defaults above when a field is absent); a simulated party gets
 :meth:`NodePolicy.simulation` (the secure sum's rules, without the harvest
 checks: the user of a simulation holds every row) unless the runtime is given
 another (``InProcessRuntime(..., policy=NodePolicy())`` simulates deployed
-nodes).
+nodes, with their default ledger in the per-user state directory).
 
 A refusal is a :class:`PermissionError` with the reason; the server raises it
 as a :class:`~skfedclust.flower.FlowerNodeError` naming the node.

@@ -28,6 +28,10 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
     would give away that one's vector. A repeat (a
     fixed point of an iteration sends the same centers again) must have the
     same participants and end with the same survivors, so it tells nothing new.
+    With a privacy ledger (a deployed node's default) the rule holds across
+    fits too: the ledger keeps the keys, participants (by identity) and
+    survivors of every sum the node joined
+    (:mod:`skfedclust.federation._node_ledger`).
 ``stage``
     Unmasking follows the node's own upload of that sum, once; announcing
     dropouts needs the attestation round first, and the announcement unmasked
