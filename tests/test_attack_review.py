@@ -276,7 +276,7 @@ def test_histogram_wrappers_are_refused_on_their_own_and_means_are_one_row():
     # bits off a single client's histogram, in the clear.
     from skfedclust.federation._runtime import client_step_name
     from skfedclust.secure._moments import moments_deviations
-    from skfedclust.secure._secure_sum import (
+    from skfedclust.secure._sum_bounds import (
         column_exponent_histogram_step,
         exponent_histogram_step,
     )

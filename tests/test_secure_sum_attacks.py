@@ -23,12 +23,12 @@ from skfedclust.secure._secure_sum import (
     TAG_UPLOAD,
     _encode,
     _structure,
-    agree_bound,
     fixed_point_shift,
     secure_sum_attest_step,
     secure_sum_unmask_step,
     secure_sum_upload_step,
 )
+from skfedclust.secure._sum_bounds import agree_bound
 from skfedclust.secure._sum_guard import SumRefusal, harary_neighbours_of
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 

@@ -60,8 +60,6 @@ from ._secure_sum import (
     MERSENNE_127,
     SecureAggregator,
     SecureSumError,
-    agree_bound,
-    agree_column_bounds,
     default_degree,
     fixed_point_shift,
     harary_neighbours,
@@ -69,6 +67,7 @@ from ._secure_sum import (
     shamir_combine,
     shamir_split,
 )
+from ._sum_bounds import agree_bound, agree_column_bounds
 
 __all__ = [
     "audit_epsilon",

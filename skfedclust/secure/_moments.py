@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Reply, bound_only, summand
-from ._secure_sum import SecureAggregator, SecureSumError, agree_bound, agree_column_bounds
+from ._secure_sum import SecureAggregator, SecureSumError
+from ._sum_bounds import agree_bound, agree_column_bounds
 
 __all__ = ["SumChannel", "pooled_moments"]
 
