@@ -361,7 +361,3 @@ def main(argv=None):
     rows.append(central)
     print(format_table(rows))
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -30,17 +30,13 @@ import math
 import numbers
 from typing import NamedTuple
 
+import numba  # the per-object pass is sequential: compiled, it runs ~100x faster
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
-
-try:  # the per-object pass is sequential: compiled, it runs ~100x faster
-    import numba
-except ImportError:  # pragma: no cover - exercised only without numba
-    numba = None
 
 __all__ = [
     "CPLResult",
@@ -64,9 +60,9 @@ __all__ = [
 _SLOPE = 10.0
 _OFFSET = 5.0
 
-# "numba" when numba is importable, else "numpy"; the two engines run the same
-# dynamics and are checked against each other.
-_ENGINE = "numba" if numba is not None else "numpy"
+# "numba" or "numpy": the two engines run the same dynamics and are checked
+# against each other.
+_ENGINE = "numba"
 
 #: ``local_init="sqrt"`` seeds ``min(n / 2, SQRT_INIT_FACTOR * sqrt(n))`` clusters.
 SQRT_INIT_FACTOR = 10.0
@@ -468,12 +464,8 @@ def _competition_pass_loops(
     return n_changed, total_wins
 
 
-if numba is not None:
-    _log_sigmoid = numba.njit(cache=True)(_log_sigmoid_scalar)
-    _competition_pass_numba = numba.njit(cache=True)(_competition_pass_loops)
-else:  # pragma: no cover
-    _log_sigmoid = _log_sigmoid_scalar
-    _competition_pass_numba = None
+_log_sigmoid = numba.njit(cache=True)(_log_sigmoid_scalar)
+_competition_pass_numba = numba.njit(cache=True)(_competition_pass_loops)
 
 
 #: Fewer rows take the NumPy pass: as fast as the compiled one on a client of
@@ -631,7 +623,7 @@ def competitive_penalized_learning(
     proportional to ``n_samples`` the run is quadratic in ``n_samples``;
     ``initial_clusters`` as a fixed count keeps it linear. The pass is
     sequential by nature (each object sees the clusters the previous objects
-    left); it runs compiled with numba when available.
+    left); it runs compiled with numba.
     """
     X = check_array(X, dtype=np.float64, order="C")
     rng = check_random_state(random_state)

@@ -64,24 +64,20 @@ ROSTER_NONCE_BYTES = 32
 
 
 def _primitives():
-    try:
-        from cryptography.exceptions import InvalidSignature, InvalidTag
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-            Ed25519PrivateKey,
-            Ed25519PublicKey,
-        )
-        from cryptography.hazmat.primitives.asymmetric.x25519 import (
-            X25519PrivateKey,
-            X25519PublicKey,
-        )
-        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-    except ImportError as exc:  # pragma: no cover - cryptography comes with flwr
-        raise ImportError(
-            "sealing peer messages needs the 'cryptography' package; install "
-            "skfedclust with the 'flower' extra: pip install 'skfedclust[flower]'"
-        ) from exc
+    # cryptography is a dependency of the package; imported on first use.
+    from cryptography.exceptions import InvalidSignature, InvalidTag
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return {
         "InvalidSignature": InvalidSignature,
         "Ed25519PrivateKey": Ed25519PrivateKey,

@@ -54,12 +54,8 @@ class PrivacyLeakWarning(RuntimeWarning):
 
 
 def _gaussian():
-    try:
-        from dp_accounting import gaussian_mechanism
-    except ImportError as exc:  # pragma: no cover - a core dependency
-        raise ImportError(
-            "differential privacy needs the 'dp-accounting' package: pip install dp-accounting"
-        ) from exc
+    from dp_accounting import gaussian_mechanism  # a dependency, imported on first use
+
     return gaussian_mechanism
 
 

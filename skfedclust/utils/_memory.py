@@ -290,11 +290,11 @@ def _read_stat(path, key):
 
 def _format_bytes(n_bytes):
     value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - the loop always returns
+    return f"{value:.1f} GiB"
 
 
 def check_dense_memory(
