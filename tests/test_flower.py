@@ -1804,6 +1804,9 @@ def test_keygen_writes_a_private_key_and_prints_a_trust_line(tmp_path, capsys):
     assert load_trusted_identities(trust) == {key.fingerprint: "hospital-a"}
     with pytest.raises(SystemExit):
         main(["keygen", str(path)])
+    # show prints the same trust line from the key file.
+    assert main(["show", str(path), "--name", "hospital-a"]) == 0
+    assert capsys.readouterr().out == printed
 
 
 # --------------------------------------------------------------------------- #

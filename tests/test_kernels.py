@@ -93,3 +93,16 @@ def test_large_calls_take_the_compiled_kernels(monkeypatch):
     z = np.zeros((_kernels.COMPILED_MIN_ELEMENTS, 1), dtype=np.uint32)
     _kernels.row_norms(z, FAST_PRIME, np.empty(len(z)))
     assert called
+
+
+def test_large_operand_chunks_take_the_compiled_kernels(monkeypatch):
+    called = []
+    for name in ("_left_chunk_compiled", "_right_chunk_compiled"):
+        monkeypatch.setattr(_kernels, name, lambda *a, name=name: called.append(name))
+    z = np.zeros((_kernels.COMPILED_MIN_ELEMENTS, 1), dtype=np.uint32)
+    out = np.full((len(z), 2), np.nan)
+    _kernels.left_chunk(z, float(FAST_PRIME), 1.0, 0.0, out, 0, 1)
+    _kernels.right_chunk(z, float(FAST_PRIME), 0, out, 0, 1)
+    assert called == ["_left_chunk_compiled", "_right_chunk_compiled"]
+    # The NumPy twins did not run: nothing was written.
+    assert np.isnan(out).all()
