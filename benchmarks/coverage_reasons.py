@@ -112,7 +112,6 @@ REASONS = [
     {"module": "skfedclust/flower/_client.py", "scope": "*", "category": "deployment"},
     {"module": _FLOWER, "scope": "*.__repr__", "category": "untested"},
     {"module": "skfedclust/flower/__main__.py", "scope": "<module>", "category": "entry"},
-    {"module": "skfedclust/flower/__main__.py", "scope": "main", "category": "untested"},
     # -- secure sums (hostile clients and servers) -------------------------------------
     {
         "module": "skfedclust/secure/_sum_guard.py",
