@@ -462,10 +462,11 @@ Not in the paper's tables: `communication_` of one fit with the package's defaul
 (`FedSpectralClustering(3, random_state=0)`, {comm_clients} IID clients, the default
 partition of a pooled X; {comm_atoms} atoms), with the set-up statistics (the global mean
 and the federated bandwidth's pair-distance totals, and the clients' dictionary ranks) summed
-securely (the default) and sent in the clear (`secure_aggregation=False`). S = 20 rounds of
-dictionaries and one of coefficients; the secure sums add eight (four sums of two exchanges
-each: a bound on |x|, a bound on the pair-distance totals, the statistics, the one-hot
-ranks).
+securely (the default) and added up in the clear (`secure_aggregation=False`, the same sum
+channel without bounds or masks). S = 20 rounds of dictionaries and one of coefficients;
+the secure sums add eight (four sums of two exchanges each: a bound on |x|, a bound on the
+pair-distance totals, the statistics, the one-hot ranks), the sums in the clear two (the
+statistics, the ranks).
 
 {markdown_table(COMM_HEADER, comm)}
 
