@@ -203,6 +203,7 @@ _UNTESTED = [
     "methods/_base.py",
     "methods/_centroid_steps.py",
     "methods/_dc.py",
+    "methods/_dc_analyst.py",
     "methods/_fedkmeans.py",
     "methods/_fedkmeans_dp.py",
     "methods/_fedkmeans_steps.py",

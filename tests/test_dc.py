@@ -20,6 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.estimator_checks import check_estimator
 
 import skfedclust.methods._dc as dc_module
+import skfedclust.methods._dc_analyst as dc_analyst
 from skfedclust import DCClustering
 from skfedclust.federation import SERVER, Party, use_runtime
 from skfedclust.metrics import clustering_accuracy
@@ -709,13 +710,13 @@ def test_step4_spectral_graph_embedding_and_kmeans(monkeypatch):
     """
     X_hat, _ = make_blobs(120, centers=6, cluster_std=1.5, random_state=0)
     seen = {}
-    embed = dc_module.spectral_embedding
+    embed = dc_analyst.spectral_embedding
 
     def spy(affinity, **kwargs):
         seen["affinity"] = affinity
         return embed(affinity, **kwargs)
 
-    monkeypatch.setattr(dc_module, "spectral_embedding", spy)
+    monkeypatch.setattr(dc_analyst, "spectral_embedding", spy)
     Z, centers, labels, _ = dc_module.dc_server_cluster(
         X_hat,
         clusterer="spectral",
