@@ -209,6 +209,7 @@ _UNTESTED = [
     "methods/_fedkmeans_steps.py",
     "methods/_fedsc.py",
     "methods/_fedsc_core.py",
+    "methods/_fedsc_hyperparameters.py",
     "methods/_fedsc_steps.py",
     "methods/_kfed.py",
     "methods/_lloyd_pass.py",

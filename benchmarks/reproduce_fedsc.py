@@ -59,11 +59,10 @@ from _common import (  # noqa: E402
 
 from skfedclust import FedSpectralClustering  # noqa: E402
 from skfedclust.clusterers import knn_graph, njw_spectral_clustering  # noqa: E402
-from skfedclust.methods._fedsc_core import (  # noqa: E402
-    gaussian_kernel,
+from skfedclust.methods._fedsc_core import gaussian_kernel, trilateration_attack  # noqa: E402
+from skfedclust.methods._fedsc_hyperparameters import (  # noqa: E402
     n_components_auto,
     pooled_bandwidth,
-    trilateration_attack,
 )
 from skfedclust.metrics import clustering_accuracy  # noqa: E402
 from skfedclust.secure import gaussian_epsilon  # noqa: E402

@@ -22,7 +22,9 @@ from sklearn.datasets import make_circles, make_moons
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from skfedclust import FedSpectralClustering
-from skfedclust.methods._fedsc_core import trilateration_attack
+from skfedclust.methods._fedsc_core import (
+    trilateration_attack,
+)
 
 datasets = {
     "circles": make_circles(600, factor=0.5, noise=0.05, random_state=0),

@@ -22,9 +22,11 @@ from skfedclust.methods._fedsc_core import (
     client_update,
     gaussian_kernel,
     initial_dictionaries,
+    solve_coefficients,
+)
+from skfedclust.methods._fedsc_hyperparameters import (
     n_components_auto,
     pooled_bandwidth,
-    solve_coefficients,
 )
 
 

@@ -20,12 +20,14 @@ from skfedclust.methods._fedsc_core import (
     aggregate_dictionaries,
     client_update,
     gaussian_kernel,
+    solve_coefficients,
+    trilateration_attack,
+)
+from skfedclust.methods._fedsc_hyperparameters import (
     n_components_auto,
     pair_distance_sum,
     pair_sum_bandwidth,
     pooled_bandwidth,
-    solve_coefficients,
-    trilateration_attack,
 )
 from skfedclust.methods._fedsc_steps import TAG_COEF, TAG_RANK, TAG_ROWS, TAG_STATS, TAG_UPLOAD
 from skfedclust.metrics import clustering_accuracy

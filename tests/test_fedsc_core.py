@@ -13,22 +13,24 @@ from skfedclust.methods._fedsc_core import (
     client_objective,
     client_update,
     combine_feature_sums,
-    combine_n_components,
     dictionary_gradient,
-    energy_rank,
-    federated_bandwidth,
     gaussian_kernel,
     gradient_dictionary_step,
     initial_dictionaries,
+    preconditioned_dictionary_step,
+    solve_coefficients,
+    squared_distances,
+    trilateration_attack,
+)
+from skfedclust.methods._fedsc_hyperparameters import (
+    combine_n_components,
+    energy_rank,
+    federated_bandwidth,
     mean_pairwise_distance,
     n_components_auto,
     pair_distance_sum,
     pair_sum_bandwidth,
     pooled_bandwidth,
-    preconditioned_dictionary_step,
-    solve_coefficients,
-    squared_distances,
-    trilateration_attack,
 )
 from skfedclust.secure import add_gaussian_noise, factor_noise_scales, relative_noise_scale
 

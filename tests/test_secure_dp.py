@@ -7,7 +7,10 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from skfedclust.methods._fedsc_core import client_update, solve_coefficients
+from skfedclust.methods._fedsc_core import (
+    client_update,
+    solve_coefficients,
+)
 from skfedclust.secure import (
     add_gaussian_noise,
     clip_columns,

@@ -40,13 +40,15 @@ from ._fedsc_core import (
     _check_bandwidth,
     aggregate_dictionaries,
     combine_feature_sums,
-    combine_n_components,
     gaussian_kernel,
     initial_dictionaries,
+    relative_coefficients,
+)
+from ._fedsc_hyperparameters import (
+    combine_n_components,
     n_components_auto,
     pair_sum_bandwidth,
     pooled_bandwidth,
-    relative_coefficients,
 )
 from ._fedsc_steps import (
     MAX_NOISE_SCALE,

@@ -19,9 +19,11 @@ from ..secure._sum_guard import SumRefusal
 from ._fedsc_core import (
     MAX_SAMPLES,
     client_update,
+    solve_coefficients,
+)
+from ._fedsc_hyperparameters import (
     n_components_auto,
     pair_distance_sum,
-    solve_coefficients,
 )
 
 #: Largest noise standard deviation: perturbed values are squared (distances,
