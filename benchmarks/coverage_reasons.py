@@ -219,6 +219,8 @@ _UNTESTED = [
     "secure/_accounting.py",
     "secure/_field.py",
     "secure/_lcc.py",
+    "secure/_lcc_blocks.py",
+    "secure/_lcc_offset.py",
     "secure/_lcc_sinks.py",
     "secure/_node_dp.py",
     "secure/_secure_sum.py",

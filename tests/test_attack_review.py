@@ -162,7 +162,7 @@ def test_every_summand_of_the_package_is_marked():
     names = {f"{s.__module__}:{s.__qualname__}" for s in _summands()}
     assert {
         "skfedclust.secure._moments:moments_raw",
-        "skfedclust.secure._lcc:offset_sum_step",
+        "skfedclust.secure._lcc_offset:offset_sum_step",
         "skfedclust.methods._fedkmeans_steps:fedkmeans_lloyd_statistics",
         "skfedclust.methods._centroid_steps:lloyd_statistics",
         "skfedclust.methods._ffcm:ffcm_client_moves",
@@ -363,7 +363,8 @@ def test_a_sum_that_reads_nothing_is_one_statistic_whatever_sum_came_between():
 def test_a_party_builds_the_lagrange_encoding_itself():
     # A server-sent encoding matrix with zero noise rows would make every share
     # the rows themselves: a party takes l, t, m and p, and refuses t = 0.
-    from skfedclust.secure._lcc import TAG_OFFSET, TAG_SHARE, lcc_share_step, offset_bounds_step
+    from skfedclust.secure._lcc import TAG_SHARE, lcc_share_step
+    from skfedclust.secure._lcc_offset import TAG_OFFSET, offset_bounds_step
 
     _, _, runtime = _deployed()
     runtime.broadcast(np.zeros(3), tag=TAG_OFFSET)
@@ -380,7 +381,7 @@ def test_a_party_builds_the_lagrange_encoding_itself():
 
 def test_a_party_sends_its_bounds_around_one_offset_per_fit():
     # Its farthest row's distance from several server-chosen offsets would locate it.
-    from skfedclust.secure._lcc import TAG_OFFSET, offset_bounds_step
+    from skfedclust.secure._lcc_offset import TAG_OFFSET, offset_bounds_step
 
     _, _, runtime = _deployed()
     runtime.broadcast(np.zeros(3), tag=TAG_OFFSET)

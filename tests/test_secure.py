@@ -14,6 +14,7 @@ from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.secure import (
     DEFAULT_PRIME,
     _lcc,
+    _lcc_offset,
     encoding_matrix,
     evaluation_points,
     lagrange_matrix,
@@ -554,7 +555,7 @@ def _offset_runtime(cls=RecordingRuntime, sizes=(4, 6, 5, 7, 3)):
 def test_offset_is_the_mean_from_a_secure_sum():
     clients, runtime = _offset_runtime()
     n_clients, d = 5, 3
-    offset = _lcc.agree_offset(runtime)
+    offset = _lcc_offset.agree_offset(runtime)
     assert np.allclose(offset.values, np.vstack(clients).mean(axis=0), rtol=0, atol=1e-12)
     assert offset.clients == list(range(n_clients))
     messages = runtime.ledger.messages
@@ -579,14 +580,17 @@ def test_offset_is_the_mean_from_a_secure_sum():
 
 def test_the_server_cannot_see_one_clients_sums_for_the_offset():
     clients, runtime = _offset_runtime()
-    offset = _lcc.agree_offset(runtime)
+    offset = _lcc_offset.agree_offset(runtime)
     # What a curious server can do with all it received: rebuild every client's self
     # mask from the shares revealed in the unmasking and take it off its upload.
     ((_, (uploads, reveals), _),) = [i for i in runtime.server_inputs if i[0] == "unmask_sum"]
-    shift = _lcc.column_sum_exponent(max(float(b) for b in runtime.received[0].values()), 25 * 5)
+    shift = _lcc_offset.column_sum_exponent(
+        max(float(b) for b in runtime.received[0].values()), 25 * 5
+    )
     opened = remove_self_masks(uploads, reveals)
     plain = {
-        c: _lcc.fixed_point_column_sums(X_c, shift).view(np.uint64) for c, X_c in enumerate(clients)
+        c: _lcc_offset.fixed_point_column_sums(X_c, shift).view(np.uint64)
+        for c, X_c in enumerate(clients)
     }
     for c in uploads:
         # the pairwise masks still hide every client's sums ...
@@ -594,7 +598,7 @@ def test_the_server_cannot_see_one_clients_sums_for_the_offset():
     # ... and cancel only in the total, which is the mean the parties subtract
     np.testing.assert_array_equal(sum(opened.values()), sum(plain.values()))
     np.testing.assert_array_equal(
-        _lcc.offset_mean(sum(plain.values()).view(np.int64), 25, shift), offset.values
+        _lcc_offset.offset_mean(sum(plain.values()).view(np.int64), 25, shift), offset.values
     )
 
 
@@ -603,7 +607,7 @@ def test_offset_sums_fit_the_secure_sum_when_one_client_holds_most_rows_at_the_b
     # the largest any client can have, and must still fit the secure sum's integers.
     clients = [np.full((40, 2), -63.75), np.full((1, 2), 63.75), np.full((2, 2), -63.75)]
     runtime = runtime_of(clients)
-    offset = _lcc.agree_offset(runtime)
+    offset = _lcc_offset.agree_offset(runtime)
     np.testing.assert_array_equal(offset.values, np.vstack(clients).mean(axis=0))
 
 
@@ -618,7 +622,7 @@ def test_a_data_client_dropping_from_the_offset_sum_ends_the_protocol_clearly():
     clients, runtime = _offset_runtime(LosingUpload)
     # The secure sum itself recovers: its neighbours reveal their pairwise keys with
     # the dropped client, and the server gets the others' total exactly.
-    offset = _lcc.agree_offset(runtime, require_all=False)
+    offset = _lcc_offset.agree_offset(runtime, require_all=False)
     assert offset.clients == [0, 2, 3, 4]
     survivors = np.vstack([clients[c] for c in offset.clients])
     np.testing.assert_allclose(offset.values, survivors.mean(axis=0), rtol=0, atol=1e-12)
@@ -627,8 +631,8 @@ def test_a_data_client_dropping_from_the_offset_sum_ends_the_protocol_clearly():
     # But the distances need every data holder's rows: the protocol stops before the
     # mean is sent, naming the client.
     clients, runtime = _offset_runtime(LosingUpload)
-    with pytest.raises(_lcc.DataHolderDroppedError, match=r"data clients \[1\] dropped"):
-        _lcc.agree_offset(runtime)
+    with pytest.raises(_lcc_offset.DataHolderDroppedError, match=r"data clients \[1\] dropped"):
+        _lcc_offset.agree_offset(runtime)
     assert not [m for m in runtime.ledger.messages if m.tag == "offset"]
 
 

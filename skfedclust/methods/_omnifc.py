@@ -18,8 +18,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..federation import Federation, InProcessRuntime, Reply
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
-from ..secure._lcc import LCCSetup, agree_scale, lcc_exchange, lcc_query_distances
+from ..secure._lcc import LCCSetup, lcc_exchange, lcc_query_distances
 from ..secure._lcc_coding import _data_bounds, decoding_threshold, precision_is_safe
+from ..secure._lcc_offset import agree_scale
 from ..secure._lcc_sinks import NeighbourSink, neighbour_sink_bytes
 from ..utils._memory import check_dense_memory
 from ._base import BaseFederatedClustering

@@ -38,7 +38,8 @@ radius, identical rows, the exact median), in ``O(n k)`` memory. No party's
 full matrix is ever held by the server, and no share ever reaches it. The
 coding mathematics (points, encoding and decoding weights, precision,
 quantization) are in ``skfedclust.secure._lcc_coding``, the sinks in
-``skfedclust.secure._lcc_sinks``; this module is the protocol. Every
+``_lcc_sinks``, the offset and scale of step 0 in ``_lcc_offset``, the threads in
+``_lcc_blocks``; this module is the protocol. Every
 number is an exact integer, so the result does not depend on the partition,
 the noise, the parameters ``(m, l, t)``, the surviving parties or
 ``n_jobs``.
@@ -51,23 +52,18 @@ import math
 import numbers
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 
 import numpy as np
-from joblib import effective_n_jobs
 from sklearn.utils import check_array, check_random_state
-from threadpoolctl import threadpool_info
 
 from ..federation import (
     Federation,
     InProcessRuntime,
     Received,
     Reply,
-    logger,
     private_entropy,
-    summand,
 )
-from ..federation._runtime import _thread_controller, thread_pool
+from ..federation._runtime import _thread_controller
 from ..utils._memory import check_dense_memory, release_free_heap
 from ._field import (
     DEFAULT_PRIME,
@@ -77,9 +73,8 @@ from ._field import (
     is_prime,
     reduction_bound,
 )
+from ._lcc_blocks import _block_workers, _BlockProgress, _blocks, _run_blocks, party_threads
 from ._lcc_coding import (
-    _check_bound,
-    _data_bounds,
     check_party_indices,
     decoding_threshold,
     encoding_matrix,
@@ -87,13 +82,12 @@ from ._lcc_coding import (
     lagrange_matrix,
     max_safe_precision,
     quantize,
-    resolve_precision,
     server_decoding_weights,
 )
+from ._lcc_offset import agree_scale
 from ._lcc_sinks import (
     DenseSink,
 )
-from ._moments import SumChannel
 
 __all__ = [
     "decoding_threshold",
@@ -115,230 +109,10 @@ BLOCK_SIZE = 512
 # --------------------------------------------------------------------------- #
 # Tags of the protocol's messages in the ledger
 # --------------------------------------------------------------------------- #
-TAG_ABS_BOUND = "bound on |x|"
-TAG_OFFSET = "offset"
-TAG_BOUNDS = "bounds around offset"
 TAG_SHARE = "LCC share"
 TAG_DISTANCES = "encoded distances"
 TAG_QUERY_SHARE = "query share"
 TAG_QUERY_DISTANCES = "encoded query distances"
-
-
-def max_bound_step(bounds):
-    """Server step: the largest of the bounds the clients sent (public metadata).
-
-    Returns
-    -------
-    bound : ndarray of float64
-        Element-wise maximum of the received bounds.
-    """
-    return np.max(np.vstack([np.atleast_1d(b) for b in bounds.list()]), axis=0)
-
-
-# --------------------------------------------------------------------------- #
-# Common offset: the global mean by secure aggregation
-# --------------------------------------------------------------------------- #
-
-
-class CommonOffset(NamedTuple):
-    """The offset every party subtracts, and how finely it was aggregated.
-
-    Attributes
-    ----------
-    values : ndarray of shape (n_features,)
-        The global mean of the rows, as the server broadcast it.
-    resolution : float
-        Rounding of the aggregated mean: a spread of the rows around it that is
-        not larger cannot be told from none.
-    clients : list of int
-        The data clients whose rows are in the mean (the survivors of the
-        secure sum).
-    """
-
-    values: np.ndarray
-    resolution: float
-    clients: list
-
-
-class DataHolderDroppedError(RuntimeError):
-    """A data client dropped out of the protocol: the distances would miss its rows."""
-
-
-def column_sum_exponent(max_abs, n_samples):
-    """Exponent ``s`` of the fixed-point sums: entries become ``rint(x * 2**-s)``.
-
-    (The secure sum's :func:`~skfedclust.secure.fixed_point_shift` counts the
-    other way: entries become ``rint(x * 2**s)``.)
-
-    With ``|x| < 2**E`` the scaled entries stay below ``2**(62 - bits(n))`` in
-    magnitude, so the sum of ``n`` rows fits in int64 and decodes exactly.
-    """
-    exponent = math.frexp(max_abs)[1] if max_abs > 0 else 0
-    return exponent - (62 - int(n_samples).bit_length())
-
-
-def fixed_point_column_sums(X, shift):
-    """The exact sum of the rows of ``X`` in fixed point, as int64."""
-    scaled = np.rint(np.ldexp(np.asarray(X, dtype=np.float64), -shift)).astype(np.int64)
-    return scaled.sum(axis=0, dtype=np.int64)
-
-
-def offset_bound_step(data, inbox, state, party):
-    """Set-up client step: the largest ``|x|`` of its rows up (one float64).
-
-    The public bound that sets the fixed-point scale of the sums, the kind of
-    bound parties agree before a protocol (e.g. 1 after per-row
-    normalisation).
-    """
-    return Reply(send=np.float64(_data_bounds([data])[0]))
-
-
-@summand
-def offset_sum_step(data, inbox, state, party, *, shift):
-    """Client step: the exact fixed-point column sums of its rows (int64), for a secure sum."""
-    return Reply(send=fixed_point_column_sums(data, shift))
-
-
-def offset_mean(total, n_samples, shift):
-    """The mean from the summed fixed-point column sums."""
-    total = np.asarray(total, dtype=np.int64)
-    return np.ldexp(total.astype(np.float64) / max(n_samples, 1), shift)
-
-
-def offset_bounds_step(data, inbox, state, party):
-    """Set-up client step: keep the offset; send the bounds of the own rows around it.
-
-    ``max |x - offset|`` and ``max ||x - offset||`` (two float64) are the
-    public bounds the precision is chosen from; the server takes the largest.
-    A party sends them once per fit: the distances of the farthest row from
-    several server-chosen offsets would locate it.
-    """
-    offset = np.asarray(inbox[TAG_OFFSET], dtype=np.float64)
-    if "offset" in state:
-        # Distances from several server-chosen points would trilaterate the
-        # farthest row: one offset per fit.
-        raise PermissionError(
-            "refused by rule 'one-offset': this party sent its bounds around the fit's "
-            "offset already"
-        )
-    bounds = np.asarray(_data_bounds([data], offset), dtype=np.float64)
-    return Reply(send=bounds, keep={"offset": offset})
-
-
-def agree_offset(runtime, *, seed=None, require_all=True):
-    """Protocol: secure aggregation of the global mean, the offset every party subtracts.
-
-    Squared distances do not change when every row is shifted by the same
-    vector, so the parties may quantize ``x - mean`` instead of ``x``: the
-    field then only has to hold the spread of the data, not its position.
-    Every data client sends the public bound on its ``|x|`` (a set-up
-    exchange); the server takes the largest, which fixes a fixed-point scale
-    at which every client's column sums are exact integers; a
-    :class:`~skfedclust.secure.SecureAggregator` adds them (Bonawitz et al.,
-    CCS 2017, on the graph of Bell et al., CCS 2020: the server learns the
-    total and who took part, not a client's sums, and the sum survives
-    clients that drop after masking), and the server sends the mean back to
-    every data client.
-
-    Parameters
-    ----------
-    runtime : Runtime
-        The protocol runtime.
-    seed : int, default=None
-        Public seed of the secure-sum graph; ``None`` takes the first data
-        client's public seed.
-    require_all : bool, default=True
-        Refuse a mean that misses a data client: the distance matrix needs
-        every data holder's rows, so a dropped one ends the protocol
-        (:class:`DataHolderDroppedError`) before the mean is sent. ``False``
-        returns the mean of the survivors' rows, sent to them.
-
-    Returns
-    -------
-    offset : CommonOffset
-        The mean, its rounding and the clients in it.
-    """
-    sizes = np.asarray(runtime.client_sizes, dtype=np.int64)
-    n_clients = runtime.n_clients
-    runtime.stage("offset: bounds on |x| up (set-up)")
-    bounds = runtime.run(offset_bound_step, tag=TAG_ABS_BOUND, setup=True)
-    max_abs = float(runtime.server(max_bound_step, bounds)[0])
-    _check_bound(max_abs, "the bound on |x|")
-    # A secure sum adds integers below 2**62 / n_clients per client: rows scaled
-    # below 2**62 / 2**bits(n n_clients) keep every client's sum, and the
-    # total, within it.
-    shift = column_sum_exponent(max_abs, int(sizes.sum()) * n_clients)
-    if seed is None:
-        seed = int(runtime.seeds[0])
-    channel = SumChannel(runtime, secure=True, seed=int(seed))
-    runtime.stage("offset: exact fixed-point column sums by secure aggregation")
-    total, survivors = channel.sum(offset_sum_step, tag="common offset", bounds=None, shift=shift)
-    dropped = sorted(set(range(n_clients)) - set(survivors))
-    if dropped and require_all:
-        raise DataHolderDroppedError(
-            f"data clients {dropped} dropped out of the secure sum of the common offset. The "
-            f"sum of the other {len(survivors)} was recovered, but the distance matrix needs "
-            "every data holder's rows: the fit stops here, before any row is quantized or "
-            "shared. Fit again when every data client can take part."
-        )
-    mean = offset_mean(total, int(sizes[survivors].sum()), shift)
-    runtime.broadcast(mean, tag=TAG_OFFSET, clients=survivors)
-    max_abs_exponent = math.frexp(max_abs)[1] if max_abs > 0 else 0
-    resolution = math.ldexp(1.0, shift) + math.ldexp(1.0, max_abs_exponent - 51)
-    return CommonOffset(mean, resolution, list(survivors))
-
-
-class LCCScale(NamedTuple):
-    """What the parties agree before the distance round.
-
-    Attributes
-    ----------
-    offset : CommonOffset
-        The common offset.
-    precision : int
-        The precision ``q``.
-    bounds : tuple of float
-        The public bounds ``(max |x - offset|, max ||x - offset||)``.
-    """
-
-    offset: CommonOffset
-    precision: int
-    bounds: tuple
-
-
-def agree_scale(runtime, setup, precision, *, seed=None):
-    """Protocol: the parties agree on the common offset and on the precision.
-
-    After the offset (:func:`agree_offset`), every data client sends the
-    bounds of its rows around it in a set-up exchange (two float64, counted
-    in ``communication_``); the server takes the largest and chooses the
-    precision from them. The bounds are public metadata: in a deployment
-    they could as well be agreed in advance (e.g. unit-norm rows).
-
-    Parameters
-    ----------
-    runtime : Runtime
-        The protocol runtime.
-    setup : LCCSetup
-        The public parameters.
-    precision : int or "auto"
-        The requested precision.
-    seed : int, default=None
-        Public seed of the offset's secure-sum graph (see :func:`agree_offset`).
-
-    Returns
-    -------
-    scale : LCCScale
-        The offset, the precision ``q`` and the bounds it was chosen for.
-    """
-    offset = agree_offset(runtime, seed=seed)
-    received = runtime.run(offset_bounds_step, tag=TAG_BOUNDS, setup=True)
-    max_abs, max_norm = (float(b) for b in runtime.server(max_bound_step, received))
-    bounds = (max_abs, max_norm)
-    q = resolve_precision(
-        precision, bounds, setup.p, runtime.n_features, resolution=offset.resolution
-    )
-    return LCCScale(offset, q, bounds)
 
 
 # --------------------------------------------------------------------------- #
@@ -858,78 +632,6 @@ def decode_squared_distances(shares, weights, precision, p, *, n_jobs=None):
             n_jobs=n_jobs,
         )
     return sink.finish()
-
-
-def _blocks(n, size):
-    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
-
-
-def _block_workers(n_jobs):
-    """Threads for the streamed blocks.
-
-    ``n_jobs=None`` uses the cores BLAS would use anyway: one single-threaded
-    BLAS per worker on small blocks beats one multi-threaded BLAS per block,
-    and lets the reductions run in parallel too.
-    """
-    if n_jobs is not None:
-        return effective_n_jobs(n_jobs)
-    blas = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
-    return max(blas, default=1)
-
-
-def party_threads(n_jobs):
-    """Threads each party uses for its tiles when the runtime runs it with ``n_jobs``.
-
-    ``n_jobs=None`` runs the parties one after another in this process: each
-    then uses the cores BLAS would use. Otherwise parties run side by side,
-    one thread each.
-    """
-    if n_jobs is None or effective_n_jobs(n_jobs) == 1:
-        return _block_workers(None)
-    return 1
-
-
-class _BlockProgress:
-    """DEBUG lines of a long block stage: one per block done (thread-safe)."""
-
-    def __init__(self, what, n_tasks):
-        self.what = what
-        self.n_tasks = n_tasks
-        self.done = 0
-        self._lock = threading.Lock()
-
-    def tick(self, ra, rb):
-        # Logged under the lock: the lines come in the order of their counts.
-        with self._lock:
-            self.done += 1
-            logger.debug(
-                "%s: block %d/%d (rows %d:%d x %d:%d)",
-                self.what,
-                self.done,
-                self.n_tasks,
-                ra.start,
-                ra.stop,
-                rb.start,
-                rb.stop,
-            )
-
-
-def _run_blocks(task, tasks, n_jobs):
-    """Run block tasks on threads (numpy and BLAS release the GIL)."""
-    n_workers = min(_block_workers(n_jobs), max(len(tasks), 1))
-    # One BLAS thread per worker: the workers occupy the cores, and a block is
-    # too small for a multi-threaded BLAS to pay off.
-    # the process-wide controller: scanning the libraries again for every
-    # request would cost more than a small exchange
-    with _thread_controller().limit(limits=1, user_api="blas"):
-        if n_workers == 1:
-            for args in tasks:
-                task(*args)
-            return
-        # A long-lived pool: joblib's threading backend waits for its results
-        # in 10 ms sleeps, a few percent of a round of many exchanges.
-        for _ in thread_pool(n_workers).map(lambda arguments: task(*arguments), tasks):
-            pass
 
 
 #: Share of the decoded matrix's size that one exchange of a streamed upload
