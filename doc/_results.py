@@ -12,6 +12,10 @@ every page that quotes it. A reference names a cell::
   up to the next heading of any level, are searched;
 * ``row``: the row's leading cells joined by ``/`` (``digits/iid`` or ``FeCA``);
 * ``column``: a header of the table, exactly as written;
+
+(a row's cells and a header are compared without their Markdown code marks: the row
+``| 200,000 | clients in turn (`n_jobs=None`) |`` is ``200,000/clients in turn (n_jobs=None)``,
+a backtick being no character of a role's text);
 * ``format`` (optional): a format specification applied to the cell's first number
   (``.2f``, ``,d``); without it the cell is quoted verbatim; ``mean`` quotes the part
   before ``±``.
@@ -63,6 +67,10 @@ def tables(page):
     return found
 
 
+def _plain(cell):
+    return cell.replace("`", "")
+
+
 def _format(cell, spec, reference):
     if not spec:
         return cell
@@ -86,10 +94,11 @@ def lookup(reference):
     keys = [key.strip() for key in row.split("/")]
     matches = []
     for heading, header, rows in tables(page):
+        header = [_plain(cell) for cell in header]
         if not heading.startswith(section) or column not in header:
             continue
         j = header.index(column)
-        matches += [cells[j] for cells in rows if cells[: len(keys)] == keys]
+        matches += [cells[j] for cells in rows if [_plain(c) for c in cells[: len(keys)]] == keys]
     if len(matches) != 1:
         raise ResultError(
             f"{reference!r} names {len(matches)} cells of benchmarks/results/{page}.md, not one"

@@ -424,6 +424,8 @@ def _result_role(name, rawtext, text, lineno, inliner, options=None, content=Non
         return [inliner.problematic(rawtext, rawtext, message)], [message]
     page = _results.RESULTS / f"{text.split('|')[0].strip()}.md"
     inliner.document.settings.env.note_dependency(str(page))
+    # A page that quotes a result is read again when the reader of the tables changes.
+    inliner.document.settings.env.note_dependency(_results.__file__)
     return [nodes.Text(value)], []
 
 
@@ -453,6 +455,7 @@ class ResultTable(SphinxDirective):
             raise self.error(f"{len(labels)} labels for {len(rows)} rows")
         spec = self.options.get("format", "")
         self.env.note_dependency(str(_results.RESULTS / f"{page_section.split('|')[0]}.md"))
+        self.env.note_dependency(_results.__file__)
         lines = [".. list-table::", "   :header-rows: 1", ""]
         lines += ["   * - " + columns[0]] + [f"     - {c}" for c in columns[1:]]
         for i, row in enumerate(rows):
