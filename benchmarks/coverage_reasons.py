@@ -115,6 +115,7 @@ REASONS = [
         "note": "a node's configuration or a caller's argument.",
     },
     {"module": "skfedclust/flower/_runtime.py", "scope": "*", "category": "deployment"},
+    {"module": "skfedclust/flower/_fit.py", "scope": "*", "category": "deployment"},
     {"module": "skfedclust/flower/_client.py", "scope": "*", "category": "deployment"},
     {"module": _FLOWER, "scope": "*.__repr__", "category": "untested"},
     {"module": "skfedclust/flower/__main__.py", "scope": "<module>", "category": "entry"},

@@ -72,7 +72,7 @@ def test_a_nodes_ledger_holds_its_budget_across_fits_on_flower(tmp_path):
 
 
 def test_the_coordinator_logs_each_nodes_budget_and_ledger():
-    from skfedclust.flower._runtime import _describe_policy
+    from skfedclust.flower._fit import _describe_policy
 
     line = _describe_policy({"dp_epsilon": 1.0, "privacy_ledger": True, "max_fits": 3})
     assert "DP budget epsilon 1 across fits (ledger), at most 3 fits" in line

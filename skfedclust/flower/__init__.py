@@ -35,6 +35,7 @@ from ._crypto import (
     fingerprint,
     load_trusted_identities,
 )
+from ._fit import fit_on_flower, predict_on_flower
 from ._runtime import (
     FlowerNodeError,
     FlowerRuntime,
@@ -42,8 +43,6 @@ from ._runtime import (
     FlowerTimeoutError,
     NotSupportedOnFlower,
     Transport,
-    fit_on_flower,
-    predict_on_flower,
 )
 
 __all__ = [

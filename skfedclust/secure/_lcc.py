@@ -37,12 +37,10 @@ clusterer needs (:class:`NeighbourSink`: the nearest rows, the rows within a
 radius, identical rows, the exact median), in ``O(n k)`` memory. No party's
 full matrix is ever held by the server, and no share ever reaches it. The
 coding mathematics (points, encoding and decoding weights, precision,
-quantization) are in ``skfedclust.secure._lcc_coding``, the sinks in
-``_lcc_sinks``, the offset and scale of step 0 in ``_lcc_offset``, the threads in
-``_lcc_blocks``; this module is the protocol. Every
-number is an exact integer, so the result does not depend on the partition,
-the noise, the parameters ``(m, l, t)``, the surviving parties or
-``n_jobs``.
+quantization) are in ``_lcc_coding``, the sinks in ``_lcc_sinks``, step 0 in
+``_lcc_offset``, the threads in ``_lcc_blocks``; this module is the protocol. Every
+number is an exact integer, so the result does not depend on the partition, the
+noise, the parameters ``(m, l, t)``, the surviving parties or ``n_jobs``.
 """
 
 from __future__ import annotations
