@@ -794,9 +794,58 @@ class DCClustering(BaseFederatedClustering):
                 "use anchors='uniform' (the users draw them among themselves)"
             )
         n_anchors = self._n_anchors(n_samples, n_features, given)
+        block_of_party = self._join_lattice(runtime, groups, blocks)
+        self._share_anchors(runtime, block_of_party, given, n_anchors)
+
+        runtime.stage("client step: private intermediate representations (the upload)")
+        uploads = runtime.run(
+            dc_party_intermediate,
+            tag=TAG_UPLOAD,
+            intermediate=self.intermediate,
+            n_anchors=n_anchors,
+        )
+
+        runtime.stage("server step (analyst): alignment and clustering")
+        n_neighbors = self._check_neighbors(n_samples) if self.clusterer == "spectral" else None
+        result = runtime.server(
+            dc_analyst_step,
+            uploads,
+            groups=groups,
+            alignment=self.alignment,
+            n_components_collab=self.n_components_collab,
+            clusterer=self.clusterer,
+            n_clusters=self.n_clusters,
+            n_neighbors=n_neighbors,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+            random_state=random_state,
+        )
+        centers, Z = result["centers"], result["Z"]
+        offsets = np.cumsum([0] + group_sizes)
+        runtime.send(
+            {
+                c: (centers, Z[offsets[i] : offsets[i + 1]])
+                for i, group in enumerate(groups)
+                for c in group
+            },
+            tag=TAG_DOWNLOAD,
+        )
+
+        runtime.stage("client step: nearest-centroid labels")
+        runtime.run(dc_party_labels, tag="labels")
+        self._keep_analysts_view(result, uploads, groups, blocks)
+        # The parties, with the private maps they kept, for predict (None on a
+        # deployed federation, whose nodes keep nothing after the fit): the user
+        # of a simulation played them, and they travel with the model.
+        self.session_ = runtime.party_session()
+
+    def _join_lattice(self, runtime, groups, blocks):
+        """Each party learns its own place in the public lattice; nothing is sent.
+
+        Returns the feature block of every party.
+        """
         block_of_party = [None] * runtime.n_clients
         dims = [None] * runtime.n_clients
-        offsets = np.cumsum([0] + group_sizes)
         for i, group in enumerate(groups):
             for j, c in enumerate(group):
                 block_of_party[c] = blocks[j]
@@ -804,7 +853,6 @@ class DCClustering(BaseFederatedClustering):
                     dims[c] = self._party_dimension(
                         runtime.client_sizes[c], len(blocks[j]), f"({i}, {j})"
                     )
-        # Each party learns its own place in the public lattice; nothing is sent.
         runtime.run(
             dc_party_join,
             tag="lattice",
@@ -817,7 +865,11 @@ class DCClustering(BaseFederatedClustering):
                 for c in range(runtime.n_clients)
             },
         )
+        return block_of_party
 
+    def _share_anchors(self, runtime, block_of_party, given, n_anchors):
+        """Set-up among the users: the shared anchors, drawn by them or sliced from ``given``."""
+        n_features = runtime.n_features
         runtime.stage("set-up (users only): shared anchors")
         others = [c for c in range(runtime.n_clients) if c != COORDINATOR]
         if given is None:
@@ -851,43 +903,9 @@ class DCClustering(BaseFederatedClustering):
                 block_of_party=block_of_party,
             )
 
-        runtime.stage("client step: private intermediate representations (the upload)")
-        uploads = runtime.run(
-            dc_party_intermediate,
-            tag=TAG_UPLOAD,
-            intermediate=self.intermediate,
-            n_anchors=n_anchors,
-        )
-
-        runtime.stage("server step (analyst): alignment and clustering")
-        n_neighbors = self._check_neighbors(n_samples) if self.clusterer == "spectral" else None
-        result = runtime.server(
-            dc_analyst_step,
-            uploads,
-            groups=groups,
-            alignment=self.alignment,
-            n_components_collab=self.n_components_collab,
-            clusterer=self.clusterer,
-            n_clusters=self.n_clusters,
-            n_neighbors=n_neighbors,
-            n_init=self.n_init,
-            max_iter=self.max_iter,
-            random_state=random_state,
-        )
+    def _keep_analysts_view(self, result, uploads, groups, blocks):
+        """What the analyst holds, in its own row order (row group by row group)."""
         centers, Z = result["centers"], result["Z"]
-        runtime.send(
-            {
-                c: (centers, Z[offsets[i] : offsets[i + 1]])
-                for i, group in enumerate(groups)
-                for c in group
-            },
-            tag=TAG_DOWNLOAD,
-        )
-
-        runtime.stage("client step: nearest-centroid labels")
-        runtime.run(dc_party_labels, tag="labels")
-
-        # What the analyst holds, in its own row order (row group by row group).
         self.cluster_centers_ = centers
         self.collaborative_representation_ = np.vstack(result["X_hat"])
         if self.clusterer == "spectral":
@@ -903,10 +921,6 @@ class DCClustering(BaseFederatedClustering):
         self.row_groups_ = groups
         self.n_iter_ = result["n_iter"]
         self.feature_blocks_ = blocks
-        # The parties, with the private maps they kept, for predict (None on a
-        # deployed federation, whose nodes keep nothing after the fit): the user
-        # of a simulation played them, and they travel with the model.
-        self.session_ = runtime.party_session()
 
     # ------------------------------------------------------------ predict
     def _check_row_group(self, row_group, n_samples):
