@@ -430,60 +430,14 @@ def fit_on_flower(
             UserWarning,
             stacklevel=2,
         )
-    data_nodes = [h for h in hello if h["n_rows"] > 0]
-    if not data_nodes:
-        raise ValueError("no node holds data")
-    layout = _layout(data_nodes)
-    if layout is None:
-        widths = {h["n_features"] for h in data_nodes}
-        if len(widths) != 1:
-            detail = ", ".join(f"node {h['node_id']}: {h['n_features']}" for h in data_nodes)
-            raise ValueError(
-                "clients must share the same features, or declare their row group and columns "
-                f"(a vertical or hybrid federation); the nodes hold {detail}"
-            )
-        info = _FederationInfo(
-            [h["n_rows"] for h in data_nodes], widths.pop(), [h["name"] for h in data_nodes]
-        )
-        names = _feature_names(data_nodes)
-    else:
-        if not estimator._supports_vertical:
-            raise ValueError(
-                f"{name} supports horizontal federations only (every client holds all "
-                "features); the nodes declare row groups and columns"
-            )
-        row_groups, columns, n_features = layout
-        info = _FederationInfo(
-            [h["n_rows"] for h in data_nodes],
-            n_features,
-            [h["name"] for h in data_nodes],
-            row_groups=row_groups,
-            client_cols=columns,
-        )
-        names = _layout_feature_names(data_nodes, columns, n_features)
+    info, names = _federation_of(estimator, hello)
     _check_n_samples(estimator, info.n_samples)
     _check_client_sizes(estimator, info)
 
     random_state = check_random_state(estimator.random_state)
     seeds = random_state.randint(np.iinfo(np.int32).max, size=info.n_clients, dtype=np.int64)
     n_parties = max(info.n_clients, int(estimator._n_parties(info)))
-    if len(hello) < n_parties:
-        raise ValueError(
-            f"{name} needs {n_parties} parties ({n_parties - info.n_clients} without data) "
-            f"but only {len(hello)} nodes joined"
-        )
-    left_out = []
-    if len(hello) > n_parties:
-        # The data nodes come first: every node after the parties holds no data.
-        idle = [h["node_id"] for h in hello[n_parties:]]
-        if idle_nodes == "refuse":
-            raise ValueError(
-                f"nodes {idle} hold no data and {name} has no party for them (their loader "
-                "returned None: is their data-path set? idle_nodes='leave out' fits without "
-                "them)"
-            )
-        left_out, hello = idle, hello[:n_parties]
-
+    hello, left_out = _parties(hello, n_parties, info, name, idle_nodes)
     runtime = FlowerRuntime(
         grid,
         [h["node_id"] for h in hello],
@@ -515,25 +469,96 @@ def fit_on_flower(
             f"{info.n_samples} samples, {info.n_features} features"
         )
         policies = [h.get("policy") for h in hello]
-        for party, (node_id, (identity, _), policy) in enumerate(
-            zip(runtime.node_ids, runtime.identities, policies)
-        ):
-            # Printed so that a person can compare each party's identity with
-            # the one its operator announced out of band, and see what each
-            # node's operator agreed to.
-            who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
-            runtime.stage(f"party {party}: node {node_id}, {who}; {_describe_policy(policy)}")
-            if not (isinstance(policy, dict) and policy.get("trusted_identities")):
-                logger.warning(
-                    "party %d (node %d) does not authenticate the other parties (no "
-                    "trusted-identities file): its sealed messages resist a passive server only",
-                    party,
-                    node_id,
-                )
+        _announce_parties(runtime, policies)
         if left_out:
             runtime.stage(f"nodes {left_out}: no data and no party, left out")
         estimator._fit_runtime(runtime, random_state)
         written = runtime.finish(keep=keep_for_predict, prefix=output_prefix)
+    _keep_fit_report(estimator, runtime, policies, written, keep_for_predict)
+    estimator.client_outputs_ = written
+    return estimator
+
+
+def _federation_of(estimator, hello):
+    """The federation the data nodes' handshakes describe, and its feature names."""
+    name = type(estimator).__name__
+    data_nodes = [h for h in hello if h["n_rows"] > 0]
+    if not data_nodes:
+        raise ValueError("no node holds data")
+    layout = _layout(data_nodes)
+    if layout is None:
+        widths = {h["n_features"] for h in data_nodes}
+        if len(widths) != 1:
+            detail = ", ".join(f"node {h['node_id']}: {h['n_features']}" for h in data_nodes)
+            raise ValueError(
+                "clients must share the same features, or declare their row group and columns "
+                f"(a vertical or hybrid federation); the nodes hold {detail}"
+            )
+        info = _FederationInfo(
+            [h["n_rows"] for h in data_nodes], widths.pop(), [h["name"] for h in data_nodes]
+        )
+        names = _feature_names(data_nodes)
+    else:
+        if not estimator._supports_vertical:
+            raise ValueError(
+                f"{name} supports horizontal federations only (every client holds all "
+                "features); the nodes declare row groups and columns"
+            )
+        row_groups, columns, n_features = layout
+        info = _FederationInfo(
+            [h["n_rows"] for h in data_nodes],
+            n_features,
+            [h["name"] for h in data_nodes],
+            row_groups=row_groups,
+            client_cols=columns,
+        )
+        names = _layout_feature_names(data_nodes, columns, n_features)
+    return info, names
+
+
+def _parties(hello, n_parties, info, name, idle_nodes):
+    """The handshakes of the fit's parties, and the nodes left out (no data, no party)."""
+    if len(hello) < n_parties:
+        raise ValueError(
+            f"{name} needs {n_parties} parties ({n_parties - info.n_clients} without data) "
+            f"but only {len(hello)} nodes joined"
+        )
+    left_out = []
+    if len(hello) > n_parties:
+        # The data nodes come first: every node after the parties holds no data.
+        idle = [h["node_id"] for h in hello[n_parties:]]
+        if idle_nodes == "refuse":
+            raise ValueError(
+                f"nodes {idle} hold no data and {name} has no party for them (their loader "
+                "returned None: is their data-path set? idle_nodes='leave out' fits without "
+                "them)"
+            )
+        left_out, hello = idle, hello[:n_parties]
+
+    return hello, left_out
+
+
+def _announce_parties(runtime, policies):
+    """Print each party's node, identity and policy; warn of nodes that authenticate nobody."""
+    for party, (node_id, (identity, _), policy) in enumerate(
+        zip(runtime.node_ids, runtime.identities, policies)
+    ):
+        # Printed so that a person can compare each party's identity with
+        # the one its operator announced out of band, and see what each
+        # node's operator agreed to.
+        who = "no identity key" if identity is None else fingerprint(bytes.fromhex(identity))
+        runtime.stage(f"party {party}: node {node_id}, {who}; {_describe_policy(policy)}")
+        if not (isinstance(policy, dict) and policy.get("trusted_identities")):
+            logger.warning(
+                "party %d (node %d) does not authenticate the other parties (no "
+                "trusted-identities file): its sealed messages resist a passive server only",
+                party,
+                node_id,
+            )
+
+
+def _keep_fit_report(estimator, runtime, policies, written, keep_for_predict):
+    """What the estimator keeps of a Flower fit: its session if asked, transport, nodes."""
     if keep_for_predict:
         estimator.flower_session_ = FlowerSession(runtime)
     else:
@@ -546,7 +571,6 @@ def fit_on_flower(
     ]
     estimator.client_policies_ = policies
     estimator.client_outputs_ = written
-    return estimator
 
 
 def _describe_policy(policy):
