@@ -172,3 +172,22 @@ def test_flower_modules_are_skipped_without_flower(monkeypatch, steps):
     assert [step.qualified_name for step in client_steps()] == [
         step.qualified_name for step in steps if not step.module.startswith("skfedclust.flower")
     ]
+
+
+def test_a_node_that_allows_a_method_runs_every_step_of_it(steps):
+    """A method's steps may live in modules of their own (``_client_step_modules``): a node
+    whose policy allows the method runs all of them, and a node that allows another method
+    none of them."""
+    from skfedclust.federation._policy import NodePolicy
+
+    methods = sorted({step.method for step in steps} - {SHARED})
+    for step in steps:
+        if step.method == SHARED:
+            continue
+        allowing = NodePolicy(allowed_methods=[step.method])
+        allowing.check_step(step.qualified_name, method=step.method)
+        other = next(m for m in methods if m != step.method and m != "FederatedKMeans")
+        if step.module in getattr(dict(all_estimators())[other], "_client_step_modules", ()):
+            continue
+        with pytest.raises(PermissionError, match="belongs to none of them"):
+            NodePolicy(allowed_methods=[other]).check_step(step.qualified_name)

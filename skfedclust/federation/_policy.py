@@ -210,14 +210,16 @@ def _count(value, field):
     return int(number)
 
 
-def _method_module(name):
+def _method_modules(name):
+    """The modules of the client steps of the package's method ``name``: its own module and
+    those its class declares (``_client_step_modules``)."""
     import skfedclust
 
     cls = getattr(skfedclust, name, None)
     if not isinstance(cls, type):
         known = ", ".join(n for n in skfedclust.__all__ if n[0].isupper())
         raise ValueError(f"node config allowed-methods names {name!r}; known: {known}")
-    return cls.__module__
+    return (cls.__module__, *getattr(cls, "_client_step_modules", ()))
 
 
 def _arrays(payload):
@@ -322,7 +324,7 @@ class NodePolicy:
         self._modules = (
             None
             if allowed_methods is None
-            else {_method_module(name): name for name in self.allowed_methods}
+            else {module: name for name in self.allowed_methods for module in _method_modules(name)}
         )
         if min_rows_per_vector is not None and int(min_rows_per_vector) < 0:
             raise ValueError(f"min-rows-per-vector must be >= 0, got {min_rows_per_vector!r}")
