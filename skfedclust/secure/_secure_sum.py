@@ -481,7 +481,6 @@ def secure_sum_upload_step(
     the graph's public parameters, a fresh sum id, a statistic it has not
     added before.
     """
-    from ..federation._runtime import resolve_client_step
 
     me = party.index
     record = record_of(state)
@@ -494,23 +493,9 @@ def secure_sum_upload_step(
         threshold=threshold,
         n_clients=n_clients,
     )
-    summand = resolve_client_step(inner, role="summand")
-    messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
-    # The step runs first (nothing leaves the node before the checks below), on
-    # an inbox that notes what it reads: the statistic is keyed on the
-    # messages the step reads, so an extra message it never reads cannot make
-    # a second sum of the same statistic over fewer clients look new.
-    reading = _ReadingInbox(inbox)
-    kept = _ReadingState(state)
-    reply = summand(data, reading, kept, party, **inner_public)
-    sampled = reply.keep.get(SAMPLED_PARTICIPANTS)
-    if sampled is not None and tuple(sampled) != tuple(participants):
-        raise SumRefusal(
-            "sampling",
-            f"the sum's participants {list(participants)} are not the sample "
-            f"{list(sampled)} the clients' seed draws",
-        )
-    messages = {tag: payload for tag, payload in messages.items() if tag in reading.read}
+    summand, reply, messages, kept = _run_summand(
+        inner, inner_public, data, inbox, state, party, participants
+    )
     # The masks' keys bind the public inputs of the sum, the same on every
     # client: the server's messages the step read, else those of the node's
     # previous sum (a second sum over what an earlier one kept, such as the
@@ -554,26 +539,11 @@ def secure_sum_upload_step(
     if shifts is None:
         shifts = [0] * len(arrays)
     vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
-    n = vector.size
-    masked = vector.copy()
-    for j in mine:
-        mask = _pair_mask(seeds[j], sum_id, n, key_digest)
-        if j > me:
-            masked += mask
-        else:
-            masked -= mask
     self_seed = int.from_bytes(party.secret_bytes(16), "little") >> (128 - _SEED_BITS)
-    masked += _self_mask(self_seed, n)
-    # Every neighbour gets a share of the self-mask seed and of each per-sum
-    # pair key (SecAgg+, Bell et al. 2020): if this node uploads and then
-    # misses the unmasking, ``threshold`` of its neighbours still rebuild its
-    # pair keys with the clients announced as dropped, and the sum completes.
-    secrets = [self_seed] + [_pair_key_int(seeds[j], sum_id, key_digest) for j in mine]
-    shares = shamir_split_many(secrets, len(mine), int(threshold), party)
-    to_peers = {
-        j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
-        for k, j in enumerate(mine)
-    }
+    masked = _masked(vector, me, mine, seeds, self_seed, sum_id, key_digest)
+    to_peers = _shares_for_neighbours(
+        self_seed, mine, seeds, sum_id, key_digest, int(threshold), party
+    )
     if party.ledger is not None:
         # Across fits, before the masked upload leaves the node: the record
         # is on disk even if the fit ends before this sum is unmasked.
@@ -599,6 +569,62 @@ def secure_sum_upload_step(
         inputs=inputs,
     )
     return Reply(send=(masked, spec), keep=keep, to_peers=to_peers, output=reply.output)
+
+
+def _run_summand(inner, inner_public, data, inbox, state, party, participants):
+    """Run the summed step on an inbox and a state that note what it reads.
+
+    The step runs first (nothing leaves the node before the checks that
+    follow): the statistic is keyed on the messages the step reads, so an
+    extra message it never reads cannot make a second sum of the same
+    statistic over fewer clients look new. Returns ``(step, reply, messages
+    it read, its state view)``.
+    """
+    from ..federation._runtime import resolve_client_step
+
+    summand = resolve_client_step(inner, role="summand")
+    messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
+    reading = _ReadingInbox(inbox)
+    kept = _ReadingState(state)
+    reply = summand(data, reading, kept, party, **inner_public)
+    sampled = reply.keep.get(SAMPLED_PARTICIPANTS)
+    if sampled is not None and tuple(sampled) != tuple(participants):
+        raise SumRefusal(
+            "sampling",
+            f"the sum's participants {list(participants)} are not the sample "
+            f"{list(sampled)} the clients' seed draws",
+        )
+    messages = {tag: payload for tag, payload in messages.items() if tag in reading.read}
+    return summand, reply, messages, kept
+
+
+def _masked(vector, me, mine, seeds, self_seed, sum_id, key_digest):
+    """``vector`` plus the pairwise masks (added towards higher indices) and the self mask."""
+    n = vector.size
+    masked = vector.copy()
+    for j in mine:
+        mask = _pair_mask(seeds[j], sum_id, n, key_digest)
+        if j > me:
+            masked += mask
+        else:
+            masked -= mask
+    masked += _self_mask(self_seed, n)
+    return masked
+
+
+def _shares_for_neighbours(self_seed, mine, seeds, sum_id, key_digest, threshold, party):
+    """Each neighbour's Shamir shares of the self-mask seed and of every per-sum pair key.
+
+    SecAgg+ (Bell et al. 2020): if this node uploads and then misses the
+    unmasking, ``threshold`` of its neighbours still rebuild its pair keys
+    with the clients announced as dropped, and the sum completes.
+    """
+    secrets = [self_seed] + [_pair_key_int(seeds[j], sum_id, key_digest) for j in mine]
+    shares = shamir_split_many(secrets, len(mine), threshold, party)
+    return {
+        j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
+        for k, j in enumerate(mine)
+    }
 
 
 def _plaintext_keys(arrays):
