@@ -466,6 +466,91 @@ def _private_entropy(node_config):
     return str(np.random.SeedSequence().entropy)
 
 
+def _open_inbox(body, sealed, keys, begin, record, party, last):
+    """The step's inbox: the server's messages, and the peers' messages opened.
+
+    A peer message is refused when its sender is not a party of the roster (or
+    is this node), when it comes out of order (replayed or reordered by the
+    relay, ``last`` holds each sender's last exchange and is updated), or when
+    it does not open (altered, swapped or misdirected).
+    """
+    session, roster, digest = record["session"], begin["roster"], record["roster"]
+    n_parties = int(begin["n_parties"])
+    inbox, server_tags = {}, set()
+    for event in body["events"]:
+        if event[0] == "server":
+            _, tag, payload = event
+            inbox[tag] = payload
+            server_tags.add(tag)
+            continue
+        _, tag, sender, exchange, ref = event
+        sender, exchange = int(sender), int(exchange)
+        if not 0 <= sender < n_parties or sender == party:
+            raise PermissionError(
+                f"the relay delivers a message from party {sender}: parties are "
+                f"0..{n_parties - 1} and this node is party {party}"
+            )
+        if exchange <= last.get(sender, -1):
+            raise RuntimeError(
+                f"a message from party {sender} of exchange {exchange} arrived after one "
+                f"of exchange {last[sender]}: replayed or reordered by the relay"
+            )
+        last[sender] = exchange
+        pair = keys.pair_key(
+            bytes.fromhex(roster[sender]["key"]), salt=session, parties=(sender, party)
+        )
+        try:
+            plain = _crypto.open_sealed(
+                pair,
+                sealed[ref],
+                session=session,
+                exchange=exchange,
+                tag=tag,
+                sender=sender,
+                recipient=party,
+                roster=digest,
+            )
+        except _crypto.SealError as exc:
+            # A refusal, not a failure: the relay altered, swapped or misdirected it.
+            raise PermissionError(
+                f"could not open the sealed message from party {sender}: {exc}"
+            ) from None
+        inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
+    # Which messages are the server's is what the relay's events say, as in
+    # process: a step (a secure sum keying its statistic) never guesses it.
+    return Inbox(inbox, server_tags)
+
+
+def _seal_to_peers(to_peers, keys, begin, record, party, control):
+    """Each peer message sealed for its recipient; returns ``(sizes, sealed)`` by recipient."""
+    session, roster, digest = record["session"], begin["roster"], record["roster"]
+    n_parties = int(begin["n_parties"])
+    peers, out = {}, {}
+    for recipient, payload in sorted(to_peers.items()):
+        recipient = int(recipient)
+        if not 0 <= recipient < n_parties:
+            raise ValueError(f"unknown party {recipient}: parties are 0..{n_parties - 1}")
+        if recipient == party:
+            raise ValueError(f"a party cannot send a message to itself ({party})")
+        peers[str(recipient)] = payload_nbytes(payload)
+        pair = keys.pair_key(
+            bytes.fromhex(roster[recipient]["key"]),
+            salt=session,
+            parties=(party, recipient),
+        )
+        out[str(recipient)] = _crypto.seal(
+            pair,
+            to_bytes(payload, f"message to party {recipient}"),
+            session=session,
+            exchange=int(control["exchange"]),
+            tag=control["tag"],
+            sender=party,
+            recipient=recipient,
+            roster=digest,
+        )
+    return peers, out
+
+
 class _Service:
     """The four message handlers of a node (see :func:`make_client_app`)."""
 
@@ -650,53 +735,9 @@ class _Service:
         policy.check_clear_sum(step)
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
-        roster, digest = begin["roster"], record["roster"]
-        n_parties = int(begin["n_parties"])
         last = {int(k): v for k, v in json.loads(record["last"]).items()}
 
-        inbox, server_tags = {}, set()
-        for event in body["events"]:
-            if event[0] == "server":
-                _, tag, payload = event
-                inbox[tag] = payload
-                server_tags.add(tag)
-                continue
-            _, tag, sender, exchange, ref = event
-            sender, exchange = int(sender), int(exchange)
-            if not 0 <= sender < n_parties or sender == party:
-                raise PermissionError(
-                    f"the relay delivers a message from party {sender}: parties are "
-                    f"0..{n_parties - 1} and this node is party {party}"
-                )
-            if exchange <= last.get(sender, -1):
-                raise RuntimeError(
-                    f"a message from party {sender} of exchange {exchange} arrived after one "
-                    f"of exchange {last[sender]}: replayed or reordered by the relay"
-                )
-            last[sender] = exchange
-            pair = keys.pair_key(
-                bytes.fromhex(roster[sender]["key"]), salt=session, parties=(sender, party)
-            )
-            try:
-                plain = _crypto.open_sealed(
-                    pair,
-                    sealed[ref],
-                    session=session,
-                    exchange=exchange,
-                    tag=tag,
-                    sender=sender,
-                    recipient=party,
-                    roster=digest,
-                )
-            except _crypto.SealError as exc:
-                # A refusal, not a failure: the relay altered, swapped or misdirected it.
-                raise PermissionError(
-                    f"could not open the sealed message from party {sender}: {exc}"
-                ) from None
-            inbox.setdefault(tag, {})[sender] = from_bytes(plain, f"message from party {sender}")
-        # Which messages are the server's is what the relay's events say, as in
-        # process: a step (a secure sum keying its statistic) never guesses it.
-        inbox = Inbox(inbox, server_tags)
+        inbox = _open_inbox(body, sealed, keys, begin, record, party, last)
 
         data = None
         if party < int(begin["n_clients"]):
@@ -729,29 +770,7 @@ class _Service:
             _save_state(context, session, outputs, OUTPUTS)
         record["last"] = json.dumps({str(k): v for k, v in last.items()})
 
-        peers, out = {}, {}
-        for recipient, payload in sorted(reply.to_peers.items()):
-            recipient = int(recipient)
-            if not 0 <= recipient < n_parties:
-                raise ValueError(f"unknown party {recipient}: parties are 0..{n_parties - 1}")
-            if recipient == party:
-                raise ValueError(f"a party cannot send a message to itself ({party})")
-            peers[str(recipient)] = payload_nbytes(payload)
-            pair = keys.pair_key(
-                bytes.fromhex(roster[recipient]["key"]),
-                salt=session,
-                parties=(party, recipient),
-            )
-            out[str(recipient)] = _crypto.seal(
-                pair,
-                to_bytes(payload, f"message to party {recipient}"),
-                session=session,
-                exchange=int(control["exchange"]),
-                tag=control["tag"],
-                sender=party,
-                recipient=recipient,
-                roster=digest,
-            )
+        peers, out = _seal_to_peers(reply.to_peers, keys, begin, record, party, control)
         reply_control = {
             "session": session,
             "step": control["step"],
