@@ -11,8 +11,6 @@ report) is in :mod:`skfedclust.flower._runtime`.
 
 from __future__ import annotations
 
-__all__ = ["fit_on_flower", "predict_on_flower"]
-
 import time
 import uuid
 import warnings
@@ -24,29 +22,6 @@ from .. import __version__
 from ..federation import logger, progress
 from ..federation._inputs import _check_client_sizes, _check_n_samples
 from ._crypto import fingerprint
-from ._wire import (
-    DEFAULT_ALLOWED_MODULES,
-    HELLO,
-    require_flwr,
-    to_content,
-)
-
-try:
-    from flwr.app import Message
-except ImportError:  # pragma: no cover
-    Message = None
-
-__all__ = [
-    "FlowerNodeError",
-    "FlowerRuntime",
-    "FlowerTimeoutError",
-    "NotSupportedOnFlower",
-    "FlowerSession",
-    "Transport",
-    "fit_on_flower",
-    "predict_on_flower",
-]
-
 from ._runtime import (
     DEFAULT_POLL_INTERVAL,
     FlowerNodeError,
@@ -59,6 +34,19 @@ from ._runtime import (
     _exchange,
     _FederationInfo,
 )
+from ._wire import (
+    DEFAULT_ALLOWED_MODULES,
+    HELLO,
+    require_flwr,
+    to_content,
+)
+
+try:
+    from flwr.app import Message
+except ImportError:  # pragma: no cover
+    Message = None
+
+__all__ = ["fit_on_flower", "predict_on_flower"]
 
 
 def _wait_for_nodes(grid, n_nodes, node_ids, connect_timeout):
