@@ -8,7 +8,7 @@ pytest.importorskip("cryptography")
 
 from test_flower import _clients, _fit_with_policy  # noqa: E402
 
-from skfedclust import FederatedKMeans  # noqa: E402
+from skfedclust import FederatedKMeans, KFed  # noqa: E402
 from skfedclust.flower import FlowerNodeError  # noqa: E402
 
 
@@ -28,6 +28,21 @@ def test_a_node_refuses_a_fit_over_its_own_budget_on_flower():
     )
     assert estimator.privacy_spent_[0] == pytest.approx(1.0, rel=1e-6)
     assert np.all(np.isfinite(estimator.cluster_centers_))
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        # Exact Lloyd totals through secure sums: the adaptive-centers oracle.
+        FederatedKMeans(4, random_state=0),
+        # Local centroids in the clear.
+        KFed(4, random_state=0),
+    ],
+    ids=["secure sums", "clear"],
+)
+def test_a_node_with_a_budget_sends_no_exact_statistic_on_flower(estimator):
+    with pytest.raises(FlowerNodeError, match="rule 'dp-only'"):
+        _fit_with_policy(estimator, _clients(n=4), **{"dp-epsilon": 1.0})
 
 
 def test_a_node_charges_fedsc_releases_to_its_own_budget_on_flower():

@@ -35,7 +35,10 @@ node therefore checks each request against its own policy before it answers:
     default; ``dp-delta`` 1e-5). Every noisy release a step makes is charged
     to the node's own accountant, from the public bounds and the noise the
     release holds, before the noise is drawn: a release the budget cannot
-    pay, or one with no noise, is refused.
+    pay, or one with no noise, is refused. A node with a budget sends no
+    float value that is not such a release, or computed only from rows it
+    privatised with one (rule ``dp-only``): exact statistics, in the clear or
+    inside a secure sum, would bypass the budget.
 ``dp-neighbouring``
     The neighbouring relation of that budget: ``replace-one`` (the default
     and the only one a node can hold). Every message a node sends is
@@ -98,7 +101,10 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
+    "NODE_ACCOUNTANT",
+    "PRIVATE_ROWS",
     "NodePolicy",
+    "charged_to_node",
     "default_ledger_directory",
     "method_step_modules",
 ]
@@ -111,6 +117,31 @@ DEFAULT_MIN_ROWS_PER_VECTOR = 2
 DEFAULT_RAW_ROW_TOLERANCE = 1e-4
 #: Bound agreements a node answers per fit for one step with different inputs.
 DEFAULT_MAX_BOUND_QUERIES = 8
+
+#: Where a node keeps its own DP accountant in its private state; a step that
+#: charged a release keeps it there.
+NODE_ACCOUNTANT = "dp: this node's accountant"
+
+
+#: Kept by a step that replaced the node's rows by a noisy copy it charged to
+#: the node's own accountant: what is computed from that copy alone is
+#: post-processing of a release already paid for.
+PRIVATE_ROWS = "dp: the rows are the privatised copy"
+
+
+def charged_to_node(reply, step=None, state=None):
+    """Whether what a step sends is paid for by the node's own DP accountant.
+
+    Either the step charged a noisy release (it keeps the node's accountant),
+    or it is declared to compute on the privatised rows alone
+    (:func:`~skfedclust.federation._runtime.on_private_rows`, in the node's own
+    code) and the node holds such rows, charged earlier in the fit.
+    """
+    if NODE_ACCOUNTANT in (reply.keep or {}):
+        return True
+    declared = getattr(step, "__skfedclust_on_private_rows__", False)
+    return bool(declared) and state is not None and state.get(PRIVATE_ROWS) is True
+
 
 #: Modules whose client steps serve several methods (labelling by nearest
 #: center, federated scalers, secret sharing): allowed whatever the method.
@@ -484,7 +515,7 @@ class NodePolicy:
                 "this node's policy (allow-clear-sums = false) sends it only inside one"
             )
 
-    def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None):
+    def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None, charged=False):
         """Refuse to send what a step sends if it breaks the policy.
 
         The vector count applies to what goes to the server (summaries such as
@@ -510,9 +541,15 @@ class NodePolicy:
         reveals : object or callable, default=None
             Vectors the server derives from ``to_server`` (searched for rows,
             not counted: they are not sent), or a function computing them.
+        charged : bool, default=False
+            Whether the step charged what it sends to the node's own
+            accountant (a noisy release). A node with a budget (``dp-epsilon``)
+            sends no float value that is not (rule ``dp-only``).
         """
         if data is None or data.ndim != 2 or data.shape[0] == 0:
             return
+        if self.dp_epsilon is not None and not charged:
+            self._check_only_private_floats(to_server, to_peers, step)
         name, declared = _step_declaration(step)
         if declared is not None and not self.strict_rows:
             return
@@ -534,6 +571,22 @@ class NodePolicy:
                 # One feature: any statistic of it is some row's value; nothing to tell.
                 if self.refuse_raw_rows and width > 1:
                     self._check_raw_rows(data, vectors, name, declared)
+
+    def _check_only_private_floats(self, to_server, to_peers, step):
+        # A budget bounds what any sequence of releases tells about a row only
+        # if every value computed from the rows is a charged, noisy release:
+        # otherwise a coordinator asks for the exact statistic instead (the
+        # exact Lloyd totals of centers it moves adaptively give rows away).
+        # Integer arrays are counts, masked sums, shares and keys.
+        for payload in (to_server, to_peers):
+            for array in _arrays(payload):
+                if array.dtype.kind in "fc" and array.size:
+                    raise PermissionError(
+                        f"step {_step_declaration(step)[0]} would send float values that "
+                        "are not a noisy release charged to this node's budget "
+                        f"(dp-epsilon={self.dp_epsilon:g}): a node with a budget sends "
+                        "only differentially private values (rule 'dp-only')"
+                    )
 
     def _check_count(self, n_vectors, n_rows, step_name, declared=None):
         minimum = self.min_rows_per_vector

@@ -55,6 +55,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import ThreadpoolController
 
 from ._ledger import SERVER, Ledger
+from ._policy import charged_to_node
 
 __all__ = [
     "Inbox",
@@ -415,6 +416,20 @@ def summand(step):
     sums (``allow-clear-sums``, the estimators' ``secure_aggregation=False``).
     """
     step.__skfedclust_summand__ = True
+    return step
+
+
+def on_private_rows(step):
+    """Mark a client step that computes only on the rows its node privatised.
+
+    Under input perturbation a step makes a noisy copy of its node's rows,
+    charged to the node's own accountant, and every later step computes on
+    that copy: its messages are post-processing of a release already paid
+    for. A node with a budget (``dp-epsilon``) sends no float value that is
+    not charged (rule ``dp-only``), except from a step so declared while it
+    holds such a copy.
+    """
+    step.__skfedclust_on_private_rows__ = True
     return step
 
 
@@ -1063,7 +1078,12 @@ class InProcessRuntime(Runtime):
             reply = _check_reply(reply, step, c)
             # What leaves a party passes its policy first, as on a Flower node.
             self.policy.check_outgoing(
-                self._data(c), reply.send, reply.to_peers, step, reveals=reply.reveals
+                self._data(c),
+                reply.send,
+                reply.to_peers,
+                step,
+                reveals=reply.reveals,
+                charged=charged_to_node(reply, step, self._states[c]),
             )
             if may_drop and self._lost(tag, c):
                 continue

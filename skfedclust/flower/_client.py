@@ -26,6 +26,7 @@ import numpy as np
 from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
+from ..federation._policy import charged_to_node
 from ..federation._runtime import (
     Inbox,
     Party,
@@ -760,7 +761,12 @@ class _Service:
             reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         policy.check_outgoing(
-            data, reply.send, reply.to_peers, control["step"], reveals=reply.reveals
+            data,
+            reply.send,
+            reply.to_peers,
+            control["step"],
+            reveals=reply.reveals,
+            charged=charged_to_node(reply, step, state),
         )
         state.update(reply.keep)
         _save_state(context, session, state)

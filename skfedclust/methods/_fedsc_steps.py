@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Reply, bound_only, summand
+from ..federation._policy import PRIVATE_ROWS
+from ..federation._runtime import on_private_rows
 from ..secure._dp import clip_rows, coef_sensitivity, dictionary_sensitivity, relative_noise_scale
 from ..secure._node_dp import charge_node, private_normal
 from ..secure._sum_guard import SumRefusal
@@ -164,6 +166,7 @@ def fedsc_prepare(
         keep.update(_charge_node(state, party, [("rows", 2.0 * (clip or np.inf), data_noise)]))
         rows, sigma = _perturb(data, data_noise, party, "rows")
         keep["rows"] = rows
+        keep[PRIVATE_ROWS] = True
         if data_noise[0] == "ratio":
             # Relative noise follows the spread of the private rows: only the
             # client knows its scale, and reports it (one float).
@@ -175,6 +178,7 @@ def fedsc_prepare(
     return Reply(send=send or None, keep=keep)
 
 
+@on_private_rows
 @bound_only
 def fedsc_rows(data, inbox, state, party):
     """Client step for a public bound: the rows the client computes on.
@@ -187,6 +191,7 @@ def fedsc_rows(data, inbox, state, party):
     return Reply(send=_client_rows(data, state))
 
 
+@on_private_rows
 def fedsc_distance_total(data, inbox, state, party, *, max_samples):
     """Client step for a public bound: the total distance between its distinct rows.
 
@@ -205,6 +210,7 @@ def _pair_distances(data, state, party, *, max_samples=MAX_SAMPLES):
     )
 
 
+@on_private_rows
 @summand
 def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
     """Client step: the set-up statistics the server only needs summed over the clients.
@@ -244,6 +250,7 @@ def _local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
     return int(rank), bandwidth
 
 
+@on_private_rows
 @summand
 def fedsc_rank_histogram(data, inbox, state, party, *, bandwidth, energy, max_samples, length):
     """Client step of a sum: the dictionary-size rule (Eq. 43) as a one-hot count.
@@ -272,6 +279,7 @@ def _bandwidth_of(inbox, state, bandwidth):
     return inbox.get(TAG_BANDWIDTH, state.get("bandwidth"))
 
 
+@on_private_rows
 def fedsc_round(
     data,
     inbox,
@@ -366,6 +374,7 @@ def _relative(noise):
     return noise is not None and noise[0] == "ratio"
 
 
+@on_private_rows
 def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     """Client step: coefficients of the client's rows for the final dictionary.
 

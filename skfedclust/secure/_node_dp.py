@@ -28,13 +28,12 @@ import numbers
 
 import numpy as np
 
+from ..federation._policy import NODE_ACCOUNTANT
 from ._accounting import BudgetError, PrivacyAccountant, Release
 from ._sum_guard import SumRefusal
 
 __all__ = ["MIN_SURVIVORS", "NODE_ACCOUNTANT", "charge_node", "private_normal"]
 
-#: Where a node keeps its own accountant in its private state.
-NODE_ACCOUNTANT = "dp: this node's accountant"
 #: What a noisy step tells the secure sum it runs in: the fewest survivors.
 MIN_SURVIVORS = "secure sum: min survivors"
 

@@ -67,7 +67,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
-from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS, charged_to_node
 from ..federation._runtime import Inbox, reads
 from ._node_dp import MIN_SURVIVORS
 from ._sampling import SAMPLED_PARTICIPANTS
@@ -527,7 +527,9 @@ def secure_sum_upload_step(
         return Reply(keep=keep, output=reply.output)
     # The plaintext passes the node's policy as if it were sent in the clear:
     # per-cluster sums of clusters of one row add up to rows in the total.
-    party.policy.check_outgoing(data, reply.send, None, summand)
+    party.policy.check_outgoing(
+        data, reply.send, None, summand, charged=charged_to_node(reply, summand, state)
+    )
     arrays, spec = _structure(reply.send)
     # one-sum-per-input on the values too: a float array this node already
     # added in a sum over other clients, sent again under another step or
