@@ -37,7 +37,7 @@ from _common import RESULTS, machine_line, markdown_table, write_result
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-import skfedclust.methods._fedkmeans as fedkmeans
+import skfedclust.methods._fedkmeans_steps as fedkmeans_steps
 import skfedclust.secure._secure_sum as secure_sum
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime, Reply
@@ -129,7 +129,7 @@ def _timers(targets):
 def breakdown(X, init, n_clients, iters, repeats):
     """Milliseconds per Lloyd iteration by component (clients in turn), medians of ``repeats``."""
     targets = [
-        (fedkmeans, "lloyd_pass"),
+        (fedkmeans_steps, "lloyd_pass"),
         (secure_sum, "secure_sum_upload_step"),
         (secure_sum, "secure_sum_unmask_step"),
         (secure_sum, "unmask_sum"),

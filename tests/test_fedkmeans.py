@@ -169,6 +169,10 @@ def _pass_cases():
     yield tiny, X[:5] * 1e-300, None
     # Centers that coincide: no frame of their own, nearest_center again.
     yield X, np.repeat(X[:1], 3, axis=0), None
+    # A small client: NumPy's pass adds its cluster sums by np.add.at, not by a
+    # sparse product; the same floats in the same order.
+    small = X[: lloyd._ADD_AT_MAX_ROWS] * np.pi
+    yield small, small[[0, 1, 2, 3, 5]], rng.integers(0, 5, len(small))
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -180,7 +184,7 @@ def pass_engine(request, monkeypatch):
 
 
 @pytest.mark.parametrize("known_range", [False, True], ids=["checked", "column range"])
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(8))
 def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range, pass_engine):
     X, centers, previous = list(_pass_cases())[case]
     # A client that knows its columns' range skips the per-value headroom

@@ -22,11 +22,20 @@ from ..federation._runtime import thread_pool
 __all__ = ["lloyd_pass"]
 
 
+#: Up to this many rows, ``np.add.at`` adds the cluster sums faster than
+#: building a sparse one-hot matrix (about 4 against 56 microseconds at 20 rows).
+_ADD_AT_MAX_ROWS = 256
+
+
 def _cluster_sums(values, labels, n_clusters):
     # A sparse one-hot product: O(n d) in one pass, and a fixed summation order
     # (unlike a BLAS product, whose order may depend on its threads), so every
-    # runtime adds up the same floats.
+    # runtime adds up the same floats. np.add.at adds in the same row order.
     n = len(labels)
+    if n <= _ADD_AT_MAX_ROWS:
+        sums = np.zeros((n_clusters, values.shape[1]))
+        np.add.at(sums, labels, values)
+        return sums
     onehot = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_clusters, n))
     return np.asarray(onehot @ values)
 

@@ -128,6 +128,14 @@ def record_of(state):
 # Digests of public values
 # --------------------------------------------------------------------------- #
 def _feed(h, obj):
+    # Plain ints (participants, ids, shifts) first, and a list of them in one
+    # update: the same bytes as fed one by one below, at a fraction of the calls.
+    if type(obj) is int:
+        h.update(b"s%d" % obj)
+        return
+    if type(obj) in (list, tuple) and all(type(item) is int for item in obj):
+        h.update(b"l%d" % len(obj) + b"".join([b"s%d" % item for item in obj]))
+        return
     if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
         array = np.ascontiguousarray(obj)
         if array.dtype.kind in "fc":
