@@ -116,6 +116,7 @@ def main(argv=None):
             + " ".join(["python benchmarks/round_cost_fedkmeans.py", *(argv or sys.argv[1:])])
             + "`"
         ),
+        "## Round time",
         markdown_table(header, rows),
     ]
     label, median = verdicts[0]
@@ -128,7 +129,7 @@ def main(argv=None):
     for label, split in splits:
         table = [[name, f"{value:.2f}"] for name, value in split.items()]
         sections.append(
-            f"Split of a round, {label} (ms):\n\n"
+            f"## Split of a round, {label}\n\n"
             + markdown_table(["component", "ms per round"], table)
         )
     write_result(
