@@ -2,15 +2,21 @@
 
     python benchmarks/flower_latency.py [--nodes 3] [--method kfed]
 
+Writes ``benchmarks/results/flower_latency.md`` (the page's hand-written
+section "Where an exchange's time goes" is kept from one run to the next).
 Measures (1) what a ClientApp process pays before it runs a step: starting
 Python and importing Flower's client runtime, skfedclust and a method's
-module, each in a fresh interpreter; (2) a fit of the example app
-(examples/flower_app) on a SuperLink and SuperNodes on loopback ports, with
-Flower's defaults (the launcher polls every 1 s, replies pulled every 3 s as
-``Grid.send_and_receive`` does) and with the recommended settings
-(``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1``, ``poll-interval=0.1``). The time
-per exchange is the fit's wall time over its exchanges (messages to the
-nodes / nodes). Prints a Markdown report.
+module, each in a fresh interpreter; (2) Flower's own floor: a ClientApp that
+imports Flower only and echoes each message, on the same SuperLink and
+SuperNodes, driven by a ServerApp that pulls the replies every 0.1 s; (3) a
+fit of the example app (examples/flower_app) on a SuperLink and SuperNodes on
+loopback ports: with Flower's defaults (the launcher polls every 1 s, replies
+pulled every 3 s as ``Grid.send_and_receive`` does), with the recommended
+settings (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1``, ``poll-interval=0.1``)
+without a step worker, and with the recommended settings and the nodes' step
+workers (``step-worker=true``, as ``prepare_data.py`` writes). The time per
+exchange is the fit's wall time over its exchanges (messages to the nodes /
+nodes); the floor's, its exchanges' mean.
 """
 
 import argparse
@@ -30,6 +36,12 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "examples" / "flower_app"
 BIN = Path(sys.executable).parent
+
+RESULT = ROOT / "benchmarks" / "results" / "flower_latency.md"
+#: The hand-written part of the results page starts at this heading.
+ANALYSIS = "## Where an exchange's time goes"
+#: The goal: an exchange at most this many seconds above Flower's floor.
+GOAL_ABOVE_FLOOR = 1.0
 
 IMPORTS = {
     "python (no import)": "pass",
@@ -81,7 +93,7 @@ def stop(processes):
         p.kill()
 
 
-def deployment(n_nodes, method, task_poll, poll_interval, workdir):
+def deployment(n_nodes, method, task_poll, poll_interval, workdir, *, step_worker=True, app=APP):
     superlink_port, *node_ports = free_ports(1 + n_nodes)
     home = workdir / "flwr-home"
     home.mkdir(parents=True)
@@ -93,6 +105,8 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir):
         "FLWR_HOME": str(home),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(task_poll),
+        # The nodes' step workers: sockets under a short directory of this run's own.
+        "TMPDIR": tempfile.mkdtemp(prefix="fl", dir="/tmp"),
     }
     processes = []
 
@@ -131,18 +145,29 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir):
             args = shlex.split(command)
             args[0] = str(BIN / args[0])
             args[args.index("--port") + 1] = str(port)
+            if not step_worker:
+                config = args.index("--node-config") + 1
+                args[config] = args[config].replace("step-worker=true", "step-worker=false")
             start(args, f"supernode_{i}")
         started = time.perf_counter()
+        if method == "floor":
+            run_config = (
+                f"n-nodes={n_nodes} poll-interval={poll_interval} output='{workdir / 'floor.json'}'"
+            )
+        else:
+            run_config = (
+                f"method='{method}' n-nodes={n_nodes} poll-interval={poll_interval} "
+                f"output-dir='{workdir / 'out'}'"
+            )
         subprocess.run(
             [
                 str(BIN / "flwr"),
                 "run",
-                ".",
+                str(app),
                 "local-deployment",
                 "--stream",
                 "--run-config",
-                f"method='{method}' n-nodes={n_nodes} poll-interval={poll_interval} "
-                f"output-dir='{workdir / 'out'}'",
+                run_config,
             ],
             cwd=APP,
             env=env,
@@ -153,6 +178,16 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir):
         total = time.perf_counter() - started
     finally:
         stop(processes)
+        _stop_step_workers(env["TMPDIR"])
+    if method == "floor":
+        times = json.loads((workdir / "floor.json").read_text())["exchanges"]
+        return {
+            "run_seconds": total,
+            "fit_seconds": sum(times),
+            "exchanges": len(times),
+            "rounds": len(times),
+            "per_exchange": statistics.mean(times),
+        }
     summary = json.loads((workdir / "out" / "summary.json").read_text())
     exchanges = summary["transport"]["n_messages"] / n_nodes
     return {
@@ -164,28 +199,200 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir):
     }
 
 
+def _stop_step_workers(tmpdir):
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if "skfedclust.flower._step_worker" in cmdline and tmpdir in cmdline:
+            process.kill()
+
+
+FLOOR_PYPROJECT = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "flower-floor"
+version = "0.1.0"
+description = "Flower alone: a ClientApp that echoes, for the floor of an exchange."
+license = { text = "BSD-3-Clause" }
+dependencies = ["flwr>=1.42"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "skfedclust"
+fab-format-version = 1
+flwr-version-target = "1.42.0"
+
+[tool.flwr.app.components]
+serverapp = "floor_app.server_app:app"
+clientapp = "floor_app.client_app:app"
+
+[tool.flwr.app.config]
+exchanges = 16
+n-nodes = 3
+poll-interval = 0.1
+output = ""
+"""
+
+FLOOR_CLIENT = """\
+from flwr.app import Message
+from flwr.clientapp import ClientApp
+
+app = ClientApp()
+
+
+@app.query("echo")
+def echo(message, context):
+    return Message(message.content, reply_to=message)
+"""
+
+FLOOR_SERVER = """\
+import json
+import time
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import ServerApp
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid, context):
+    config = context.run_config
+    n_nodes, poll = int(config["n-nodes"]), float(config["poll-interval"])
+    deadline = time.monotonic() + 120
+    while len(nodes := sorted(grid.get_node_ids())) < n_nodes and time.monotonic() < deadline:
+        time.sleep(0.2)
+    times = []
+    for i in range(int(config["exchanges"])):
+        start = time.perf_counter()
+        messages = [
+            Message(RecordDict({"x": ConfigRecord({"i": i})}), dst_node_id=n,
+                    message_type="query.echo")
+            for n in nodes[:n_nodes]
+        ]
+        pending = set(grid.push_messages(messages))
+        while pending:
+            pending -= {r.metadata.reply_to_message_id for r in grid.pull_messages(pending)}
+            if pending:
+                time.sleep(poll)
+        times.append(time.perf_counter() - start)
+    Path(config["output"]).write_text(json.dumps({"exchanges": times}))
+"""
+
+
+def write_floor_app(directory):
+    """A Flower app of Flower alone: each exchange an echo from every node."""
+    (directory / "floor_app").mkdir(parents=True)
+    (directory / "pyproject.toml").write_text(FLOOR_PYPROJECT)
+    (directory / "floor_app" / "__init__.py").write_text("")
+    (directory / "floor_app" / "client_app.py").write_text(FLOOR_CLIENT)
+    (directory / "floor_app" / "server_app.py").write_text(FLOOR_SERVER)
+    return directory
+
+
+def _kept_analysis():
+    if not RESULT.exists():
+        return ""
+    text = RESULT.read_text()
+    start = text.find(ANALYSIS)
+    return text[start:].strip() if start >= 0 else ""
+
+
+def _commit():
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    )
+    return out.stdout.strip() or "unknown"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--method", default="kfed")
     args = parser.parse_args()
-    print("## Imports a ClientApp process pays per message (fresh interpreter, median of 5)\n")
-    print("| import | seconds |\n| --- | ---: |")
+    import flwr
+
+    load_before = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        "# Flower: where a protocol round's time goes",
+        "",
+        f"`python benchmarks/flower_latency.py` (flwr {flwr.__version__}, package at commit "
+        f"{_commit()}, {os.cpu_count()} cores, a SuperLink and {args.nodes} SuperNodes on "
+        f"loopback, the example app fitting `{args.method}` on the demo data). Load average "
+        f"(1/5/15 min) before the run: {load_before}.",
+        "",
+        "## Imports a ClientApp process pays per message (fresh interpreter, median of 5)",
+        "",
+        "| import | seconds |",
+        "| --- | ---: |",
+    ]
     for label, statement in IMPORTS.items():
-        print(f"| {label} | {import_seconds(statement):.2f} |")
-    print(f"\n## A fit of `{args.method}` on {args.nodes} SuperNodes (loopback)\n")
-    print("| settings | fit s | exchanges | s per exchange | protocol rounds |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for label, task_poll, poll in (
-        ("Flower's defaults (launcher 1 s, pull every 3 s)", 1.0, 3.0),
-        ("recommended (launcher 0.1 s, pull every 0.1 s)", 0.1, 0.1),
-    ):
+        lines.append(f"| {label} | {import_seconds(statement):.2f} |")
+        print(lines[-1], flush=True)
+    lines += [
+        "",
+        f"## A fit of `{args.method}` on {args.nodes} SuperNodes",
+        "",
+        "| settings | fit s | exchanges | s per exchange | protocol rounds |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    settings = (
+        (
+            "Flower alone: an echo ClientApp (launcher 0.1 s, pull every 0.1 s)",
+            "floor",
+            0.1,
+            0.1,
+            False,
+        ),
+        ("Flower's defaults (launcher 1 s, pull every 3 s)", args.method, 1.0, 3.0, False),
+        ("recommended (launcher 0.1 s, pull every 0.1 s)", args.method, 0.1, 0.1, False),
+        ("recommended and step workers (`step-worker=true`)", args.method, 0.1, 0.1, True),
+    )
+    per_exchange = {}
+    for label, method, task_poll, poll, worker in settings:
         with tempfile.TemporaryDirectory() as tmp:
-            r = deployment(args.nodes, args.method, task_poll, poll, Path(tmp))
-        print(
+            tmp = Path(tmp)
+            app = write_floor_app(tmp / "floor") if method == "floor" else APP
+            r = deployment(args.nodes, method, task_poll, poll, tmp, step_worker=worker, app=app)
+        per_exchange[label] = r["per_exchange"]
+        lines.append(
             f"| {label} | {r['fit_seconds']:.1f} | {r['exchanges']:.0f} | "
             f"{r['per_exchange']:.2f} | {r['rounds']} |"
         )
+        print(lines[-1], flush=True)
+    floor = per_exchange[settings[0][0]]
+    ours = per_exchange[settings[-1][0]]
+    above = ours - floor
+    verdict = "met" if above <= GOAL_ABOVE_FLOOR else "not met"
+    lines += [
+        "",
+        "An exchange is one message to every node and its replies (handshake, each",
+        "client step, the final write-out). The echo app's exchanges are Flower's floor:",
+        "its ClientApp imports Flower only and returns the message.",
+        "",
+        "## Above Flower's floor",
+        "",
+        "| setting | s per exchange | above the floor s |",
+        "| --- | ---: | ---: |",
+    ]
+    for label, _, _, _, _ in settings[2:]:
+        lines.append(f"| {label} | {per_exchange[label]:.2f} | {per_exchange[label] - floor:.2f} |")
+    lines += [
+        "",
+        f"**Goal (an exchange at most {GOAL_ABOVE_FLOOR:g} s above Flower's floor, with the "
+        f"recommended settings and step workers): {verdict}**, {above:.2f} s above the "
+        f"floor's {floor:.2f} s. Load average after the run: "
+        + "/".join(f"{x:.1f}" for x in os.getloadavg())
+        + ".",
+    ]
+    analysis = _kept_analysis()
+    RESULT.write_text("\n".join(lines) + ("\n\n" + analysis if analysis else "") + "\n")
+    print(f"wrote {RESULT}")
 
 
 if __name__ == "__main__":

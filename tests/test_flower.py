@@ -1279,7 +1279,22 @@ class _Deployment:
         self.tmp_path = tmp_path
         self.bin_dir = Path(sys.executable).parent
         self.home, self.env = _flwr_env(tmp_path)
+        # The nodes' step workers listen on Unix sockets under TMPDIR: a short path
+        # of the test's own (a socket's path holds at most 108 bytes).
+        self.tmpdir = tempfile.mkdtemp(prefix="fd", dir="/tmp")
+        self.env["TMPDIR"] = self.tmpdir
         self.processes, self.logs = [], []
+
+    def stop(self):
+        """Stop what the test started, and the nodes' step workers (their own sessions)."""
+        import psutil
+
+        _stop(self.processes)
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or [])
+            if "skfedclust.flower._step_worker" in cmdline and self.tmpdir in cmdline:
+                process.kill()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     def start(self, name, args):
         log = self.tmp_path / f"{name}.log"
@@ -1337,7 +1352,7 @@ def local_deployment(tmp_path):
         _wait_for_port(deployment.port, superlink)
         yield deployment
     finally:
-        _stop(deployment.processes)
+        deployment.stop()
 
 
 #: One ``flwr run`` fits every method of the example app. Each exchange costs
@@ -1418,6 +1433,10 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         timeout=2400,
     )
     seconds = time.monotonic() - started
+    # Each node ran its messages in its long-lived step worker (prepare_data sets
+    # step-worker=true): one listening socket per SuperNode.
+    sockets = list((Path(local_deployment.tmpdir) / f"skfedclust-{os.getuid()}").glob("*.sock"))
+    assert len(sockets) == 5, (sockets, run.stdout[-2000:])
     data, out = tmp_path / "data", tmp_path / "out"
     blocks = _demo_blocks(3)
     sizes = [len(b) for b in blocks]

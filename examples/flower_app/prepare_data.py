@@ -81,6 +81,9 @@ def main(directory="~/skfedclust-flower-data", n_orgs=3, superlink_port=9093, sh
         fields["identity-key"] = str(identity)
         fields["trusted-identities"] = str(trust)
         fields.update(DEFAULT_POLICY)
+        # One long-lived process runs the node's steps: Flower starts a process per
+        # message, which would otherwise import scikit-learn and the methods each time.
+        fields["step-worker"] = "true"
         print(
             f"flower-supernode --insecure --superlink 127.0.0.1:{superlink_port} "
             f'--port {9101 + i} --node-config "{node_config(fields)}"'

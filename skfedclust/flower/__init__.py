@@ -18,32 +18,49 @@ the identities it trusts (``python -m skfedclust.flower keygen`` makes one). Req
 "Deploying with Flower".
 """
 
-from ._client import (
-    FileLoader,
-    FileWriter,
-    load_node_data,
-    load_node_new_data,
-    make_client_app,
-    node_layout,
-    save_node_output,
-)
-from ._codec import CodecError
-from ._crypto import (
-    IdentityKey,
-    PeerKeyError,
-    SealError,
-    fingerprint,
-    load_trusted_identities,
-)
-from ._fit import fit_on_flower, predict_on_flower
-from ._runtime import (
-    FlowerNodeError,
-    FlowerRuntime,
-    FlowerSession,
-    FlowerTimeoutError,
-    NotSupportedOnFlower,
-    Transport,
-)
+# The names load their modules on first use: a ClientApp process that imports
+# only the thin step-worker app (``make_worker_client_app``) does not pay for
+# scikit-learn and the methods.
+_HOMES = {
+    "FileLoader": "_client",
+    "FileWriter": "_client",
+    "load_node_data": "_client",
+    "load_node_new_data": "_client",
+    "make_client_app": "_client",
+    "node_layout": "_client",
+    "save_node_output": "_client",
+    "CodecError": "_codec",
+    "IdentityKey": "_crypto",
+    "PeerKeyError": "_crypto",
+    "SealError": "_crypto",
+    "fingerprint": "_crypto",
+    "load_trusted_identities": "_crypto",
+    "fit_on_flower": "_fit",
+    "predict_on_flower": "_fit",
+    "FlowerNodeError": "_runtime",
+    "FlowerRuntime": "_runtime",
+    "FlowerSession": "_runtime",
+    "FlowerTimeoutError": "_runtime",
+    "NotSupportedOnFlower": "_runtime",
+    "Transport": "_runtime",
+    "make_worker_client_app": "_step_worker",
+}
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CodecError",
@@ -64,6 +81,7 @@ __all__ = [
     "load_node_new_data",
     "load_trusted_identities",
     "make_client_app",
+    "make_worker_client_app",
     "node_layout",
     "predict_on_flower",
     "save_node_output",

@@ -12,6 +12,7 @@ import json
 import numpy as np
 
 from ..federation._runtime import client_step_name, resolve_client_step
+from ._actions import FINISH, HELLO, STEP
 from ._codec import CodecError, decode, encode
 
 try:
@@ -34,9 +35,6 @@ __all__ = [
 
 #: Message types: Flower routes ``query.<action>`` to the ClientApp function
 #: registered for that action.
-HELLO = "query.skfedclust_hello"
-STEP = "query.skfedclust_step"
-FINISH = "query.skfedclust_finish"
 
 #: Names of the records inside a message's RecordDict.
 CONTROL = "skfedclust"
