@@ -40,8 +40,6 @@ BIN = Path(sys.executable).parent
 RESULT = ROOT / "benchmarks" / "results" / "flower_latency.md"
 #: The hand-written part of the results page starts at this heading.
 ANALYSIS = "## Where an exchange's time goes"
-#: The goal: an exchange at most this many seconds above Flower's floor.
-GOAL_ABOVE_FLOOR = 1.0
 
 IMPORTS = {
     "python (no import)": "pass",
@@ -159,7 +157,7 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir, *, step_worke
                 f"method='{method}' n-nodes={n_nodes} poll-interval={poll_interval} "
                 f"output-dir='{workdir / 'out'}'"
             )
-        subprocess.run(
+        run = subprocess.run(
             [
                 str(BIN / "flwr"),
                 "run",
@@ -179,6 +177,13 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir, *, step_worke
     finally:
         stop(processes)
         _stop_step_workers(env["TMPDIR"])
+    produced = workdir / ("floor.json" if method == "floor" else "out/summary.json")
+    if not produced.exists():
+        logs = "".join(p.read_text()[-2000:] for p in sorted(workdir.glob("*.log")))
+        raise RuntimeError(
+            f"flwr run wrote no {produced.name}:\n{run.stdout[-3000:]}\n"
+            f"{run.stderr[-3000:]}\n{logs}"
+        )
     if method == "floor":
         times = json.loads((workdir / "floor.json").read_text())["exchanges"]
         return {
@@ -215,7 +220,7 @@ build-backend = "hatchling.build"
 name = "flower-floor"
 version = "0.1.0"
 description = "Flower alone: a ClientApp that echoes, for the floor of an exchange."
-license = { text = "BSD-3-Clause" }
+license = { file = "LICENSE" }
 dependencies = ["flwr>=1.42"]
 
 [tool.hatch.build.targets.wheel]
@@ -289,6 +294,7 @@ def write_floor_app(directory):
     """A Flower app of Flower alone: each exchange an echo from every node."""
     (directory / "floor_app").mkdir(parents=True)
     (directory / "pyproject.toml").write_text(FLOOR_PYPROJECT)
+    (directory / "LICENSE").write_text((APP / "LICENSE").read_text())
     (directory / "floor_app" / "__init__.py").write_text("")
     (directory / "floor_app" / "client_app.py").write_text(FLOOR_CLIENT)
     (directory / "floor_app" / "server_app.py").write_text(FLOOR_SERVER)
@@ -366,29 +372,26 @@ def main():
         )
         print(lines[-1], flush=True)
     floor = per_exchange[settings[0][0]]
+    without = per_exchange[settings[2][0]]
     ours = per_exchange[settings[-1][0]]
-    above = ours - floor
-    verdict = "met" if above <= GOAL_ABOVE_FLOOR else "not met"
     lines += [
         "",
         "An exchange is one message to every node and its replies (handshake, each",
-        "client step, the final write-out). The echo app's exchanges are Flower's floor:",
-        "its ClientApp imports Flower only and returns the message.",
+        "client step, the final write-out). The echo app's ClientApp imports Flower",
+        "only and returns the message.",
         "",
-        "## Above Flower's floor",
+        "## What the step workers save",
         "",
-        "| setting | s per exchange | above the floor s |",
-        "| --- | ---: | ---: |",
-    ]
-    for label, _, _, _, _ in settings[2:]:
-        lines.append(f"| {label} | {per_exchange[label]:.2f} | {per_exchange[label] - floor:.2f} |")
-    lines += [
-        "",
-        f"**Goal (an exchange at most {GOAL_ABOVE_FLOOR:g} s above Flower's floor, with the "
-        f"recommended settings and step workers): {verdict}**, {above:.2f} s above the "
-        f"floor's {floor:.2f} s. Load average after the run: "
-        + "/".join(f"{x:.1f}" for x in os.getloadavg())
-        + ".",
+        f"With the recommended settings an exchange of the fit took {without:.2f} s without "
+        f"step workers and {ours:.2f} s with them ({without - ours:.2f} s less, "
+        f"{100 * (without - ours) / without:.0f}%). The echo app's exchanges took "
+        f"{floor:.2f} s, more than the fit's: a SuperNode asks for the next message "
+        "right after pushing its reply and sleeps 3 s when there is none yet "
+        "(`flwr/supernode/start_client_internal.py`), and how often a node finds the next "
+        "message already waiting depends on the protocol's timing, which this page does "
+        "not measure. The echo app is therefore not a lower bound of a fit's exchange, "
+        "and this page does not state a fit's time above Flower's floor. Load average after "
+        "the run: " + "/".join(f"{x:.1f}" for x in os.getloadavg()) + ".",
     ]
     analysis = _kept_analysis()
     RESULT.write_text("\n".join(lines) + ("\n\n" + analysis if analysis else "") + "\n")
