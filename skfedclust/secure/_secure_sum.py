@@ -58,6 +58,7 @@ silent wrap-around). Integer components are summed exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import numbers
@@ -177,11 +178,18 @@ def shamir_split_many(secrets, n_shares, threshold, party):
     ).reshape(n_secrets, threshold - 1)
     # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
     # matrix, in exact integers (below 2**254 * threshold before the reduction).
-    vandermonde = np.array(
+    return (coefficients @ _vandermonde(n_shares, threshold)) % MERSENNE_127
+
+
+@functools.lru_cache(maxsize=256)
+def _vandermonde(n_shares, threshold):
+    # The same few shapes at every sum of a fit: built once.
+    matrix = np.array(
         [[pow(x, e, MERSENNE_127) for x in range(1, n_shares + 1)] for e in range(threshold)],
         dtype=object,
     )
-    return (coefficients @ vandermonde) % MERSENNE_127
+    matrix.flags.writeable = False
+    return matrix
 
 
 def shamir_combine(points):
@@ -418,14 +426,6 @@ def _key_bytes(key_int):
     return int(key_int).to_bytes(16, "little")
 
 
-def _pair_key(seed, sum_id, key_digest=b""):
-    return _key_bytes(_pair_key_int(seed, sum_id, key_digest))
-
-
-def _pair_mask(seed, sum_id, n, key_digest=b""):
-    return keystream(_pair_key(seed, sum_id, key_digest), b"pairwise mask", n)
-
-
 def _self_mask(seed_int, n):
     return keystream(int(seed_int).to_bytes(16, "little"), b"self mask", n)
 
@@ -542,10 +542,9 @@ def secure_sum_upload_step(
         shifts = [0] * len(arrays)
     vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
     self_seed = int.from_bytes(party.secret_bytes(16), "little") >> (128 - _SEED_BITS)
-    masked = _masked(vector, me, mine, seeds, self_seed, sum_id, key_digest)
-    to_peers = _shares_for_neighbours(
-        self_seed, mine, seeds, sum_id, key_digest, int(threshold), party
-    )
+    pair_keys = {j: _pair_key_int(seeds[j], sum_id, key_digest) for j in mine}
+    masked = _masked(vector, me, pair_keys, self_seed)
+    to_peers = _shares_for_neighbours(self_seed, pair_keys, sum_id, int(threshold), party)
     if party.ledger is not None:
         # Across fits, before the masked upload leaves the node: the record
         # is on disk even if the fit ends before this sum is unmasked.
@@ -600,12 +599,15 @@ def _run_summand(inner, inner_public, data, inbox, state, party, participants):
     return summand, reply, messages, kept
 
 
-def _masked(vector, me, mine, seeds, self_seed, sum_id, key_digest):
-    """``vector`` plus the pairwise masks (added towards higher indices) and the self mask."""
+def _masked(vector, me, pair_keys, self_seed):
+    """``vector`` plus the pairwise masks (added towards higher indices) and the self mask.
+
+    ``pair_keys`` maps each participating neighbour to the sum's pair key with it.
+    """
     n = vector.size
     masked = vector.copy()
-    for j in mine:
-        mask = _pair_mask(seeds[j], sum_id, n, key_digest)
+    for j, key in pair_keys.items():
+        mask = keystream(_key_bytes(key), b"pairwise mask", n)
         if j > me:
             masked += mask
         else:
@@ -614,14 +616,15 @@ def _masked(vector, me, mine, seeds, self_seed, sum_id, key_digest):
     return masked
 
 
-def _shares_for_neighbours(self_seed, mine, seeds, sum_id, key_digest, threshold, party):
+def _shares_for_neighbours(self_seed, pair_keys, sum_id, threshold, party):
     """Each neighbour's Shamir shares of the self-mask seed and of every per-sum pair key.
 
     SecAgg+ (Bell et al. 2020): if this node uploads and then misses the
     unmasking, ``threshold`` of its neighbours still rebuild its pair keys
     with the clients announced as dropped, and the sum completes.
     """
-    secrets = [self_seed] + [_pair_key_int(seeds[j], sum_id, key_digest) for j in mine]
+    mine = list(pair_keys)
+    secrets = [self_seed, *pair_keys.values()]
     shares = shamir_split_many(secrets, len(mine), threshold, party)
     return {
         j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
