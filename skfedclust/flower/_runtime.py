@@ -117,6 +117,11 @@ class Transport:
 
     def __init__(self):
         self.records = []
+        self.waits = []
+
+    def add_wait(self, seconds):
+        """Count the seconds the server waited for one exchange's replies."""
+        self.waits.append(float(seconds))
 
     def add(self, *, direction, node_id, party, kind, nbytes):
         """Count ``nbytes`` carried to (``direction="to"``) or from a node."""
@@ -152,7 +157,9 @@ class Transport:
             ``n_messages``, ``by_kind`` (``{kind: {"to_nodes", "from_nodes"}}``)
             and ``per_party`` (arrays of length ``n_parties``: ``bytes_to``,
             ``bytes_from``; the handshake, made before parties are numbered,
-            is left out of them).
+            is left out of them), ``n_exchanges`` and ``seconds_waiting``
+            (the exchanges' wall time from sending to the last reply: the
+            rest of a fit's time is the server's own work).
         """
         per = {
             "bytes_to": np.zeros(n_parties, dtype=np.int64),
@@ -173,6 +180,8 @@ class Transport:
             "n_messages": sum(1 for record in self.records if record[3] != "relay"),
             "by_kind": by_kind,
             "per_party": per,
+            "n_exchanges": len(self.waits),
+            "seconds_waiting": float(sum(self.waits)),
         }
 
 
@@ -298,6 +307,7 @@ def _exchange(
             replies[node_id] = reply
         if failure is not None and time.monotonic() - failed_at >= ERROR_GRACE:
             break
+    transport.add_wait(time.monotonic() - started)
     if failure is not None:
         raise failure
     missing = [n for n in by_node if n not in replies]

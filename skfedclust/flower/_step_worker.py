@@ -282,6 +282,7 @@ def _handle(app, connection):
     from flwr.proto.message_pb2 import Message as ProtoMessage
 
     raw_message, raw_context = _receive(connection, 2)
+    started = time.perf_counter()
     try:
         message = message_from_proto(ProtoMessage.FromString(raw_message))
         context = context_from_proto(ProtoContext.FromString(raw_context))
@@ -296,6 +297,9 @@ def _handle(app, connection):
 
         parts = (_ERROR, traceback.format_exc().encode(), b"")
     _send(connection, *parts)
+    # One line per message in the worker's log: what the node's own work costs.
+    sys.stderr.write(f"handled a message in {time.perf_counter() - started:.6f} s\n")
+    sys.stderr.flush()
 
 
 def serve(socket_path, target, idle=DEFAULT_IDLE_SECONDS):
