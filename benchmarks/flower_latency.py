@@ -484,6 +484,9 @@ def main():
         f"recommended settings and step workers): "
         f"{'met' if above <= GOAL_OWN_SECONDS else 'not met'}**, {above:.2f} s above the "
         f"floor's {floor:.2f} s; without step workers {without - floor:.2f} s above it. "
+        "A fit's exchange can take less than the echo app's: a node sleeps 3 s after an "
+        "empty pull, and whether that sleep falls inside an exchange depends on when the "
+        "next message comes; the package's own time below is the direct measure. "
         "Load average after the run: " + "/".join(f"{x:.1f}" for x in os.getloadavg()) + ".",
     ]
     # The package's own time in an exchange of the fit with step workers: what an
