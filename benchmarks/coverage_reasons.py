@@ -117,6 +117,14 @@ REASONS = [
     {"module": "skfedclust/flower/_runtime.py", "scope": "*", "category": "deployment"},
     {"module": "skfedclust/flower/_fit.py", "scope": "*", "category": "deployment"},
     {"module": "skfedclust/flower/_client.py", "scope": "*", "category": "deployment"},
+    {
+        "module": "skfedclust/flower/_step_worker.py",
+        "scope": "_worker_connection",
+        "block": "return connection",
+        "category": "deployment",
+        "note": "a worker another ClientApp process of the node started while this one "
+        "waited for the lock (two messages of one node at once).",
+    },
     {"module": _FLOWER, "scope": "*.__repr__", "category": "untested"},
     {"module": "skfedclust/flower/__main__.py", "scope": "<module>", "category": "entry"},
     # -- secure sums (hostile clients and servers) -------------------------------------

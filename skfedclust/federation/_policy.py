@@ -105,6 +105,7 @@ __all__ = [
     "PRIVATE_ROWS",
     "NodePolicy",
     "charged_to_node",
+    "on_private_rows",
     "default_ledger_directory",
     "method_step_modules",
 ]
@@ -134,13 +135,27 @@ def charged_to_node(reply, step=None, state=None):
 
     Either the step charged a noisy release (it keeps the node's accountant),
     or it is declared to compute on the privatised rows alone
-    (:func:`~skfedclust.federation._runtime.on_private_rows`, in the node's own
+    (:func:`on_private_rows`, in the node's own
     code) and the node holds such rows, charged earlier in the fit.
     """
     if NODE_ACCOUNTANT in (reply.keep or {}):
         return True
     declared = getattr(step, "__skfedclust_on_private_rows__", False)
     return bool(declared) and state is not None and state.get(PRIVATE_ROWS) is True
+
+
+def on_private_rows(step):
+    """Mark a client step that computes only on the rows its node privatised.
+
+    Under input perturbation a step makes a noisy copy of its node's rows,
+    charged to the node's own accountant, and every later step computes on
+    that copy: its messages are post-processing of a release already paid
+    for. A node with a budget (``dp-epsilon``) sends no float value that is
+    not charged (rule ``dp-only``), except from a step so declared while it
+    holds such a copy.
+    """
+    step.__skfedclust_on_private_rows__ = True
+    return step
 
 
 #: Modules whose client steps serve several methods (labelling by nearest

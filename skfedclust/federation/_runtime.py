@@ -419,20 +419,6 @@ def summand(step):
     return step
 
 
-def on_private_rows(step):
-    """Mark a client step that computes only on the rows its node privatised.
-
-    Under input perturbation a step makes a noisy copy of its node's rows,
-    charged to the node's own accountant, and every later step computes on
-    that copy: its messages are post-processing of a release already paid
-    for. A node with a budget (``dp-epsilon``) sends no float value that is
-    not charged (rule ``dp-only``), except from a step so declared while it
-    holds such a copy.
-    """
-    step.__skfedclust_on_private_rows__ = True
-    return step
-
-
 def sum_only(step):
     """Mark a client step that may run only inside a secure sum (as its vector or its bound).
 
@@ -1077,13 +1063,9 @@ class InProcessRuntime(Runtime):
         for c, reply in zip(targets, replies):
             reply = _check_reply(reply, step, c)
             # What leaves a party passes its policy first, as on a Flower node.
+            data, charged = self._data(c), charged_to_node(reply, step, self._states[c])
             self.policy.check_outgoing(
-                self._data(c),
-                reply.send,
-                reply.to_peers,
-                step,
-                reveals=reply.reveals,
-                charged=charged_to_node(reply, step, self._states[c]),
+                data, reply.send, reply.to_peers, step, reveals=reply.reveals, charged=charged
             )
             if may_drop and self._lost(tag, c):
                 continue

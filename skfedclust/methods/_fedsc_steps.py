@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Reply, bound_only, summand
-from ..federation._policy import PRIVATE_ROWS
-from ..federation._runtime import on_private_rows
+from ..federation._policy import PRIVATE_ROWS, on_private_rows
 from ..secure._dp import clip_rows, coef_sensitivity, dictionary_sensitivity, relative_noise_scale
 from ..secure._node_dp import charge_node, private_normal
 from ..secure._sum_guard import SumRefusal
