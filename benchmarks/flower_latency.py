@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import psutil
+from _common import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "examples" / "flower_app"
@@ -395,13 +396,6 @@ def _kept_analysis():
     return text[start:].strip() if start >= 0 else ""
 
 
-def _commit():
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    )
-    return out.stdout.strip() or "unknown"
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=3)
@@ -414,7 +408,7 @@ def main():
         "# Flower: where a protocol round's time goes",
         "",
         f"`python benchmarks/flower_latency.py` (flwr {flwr.__version__}, package at commit "
-        f"{_commit()}, {os.cpu_count()} cores, a SuperLink and {args.nodes} SuperNodes on "
+        f"{git_commit()}, {os.cpu_count()} cores, a SuperLink and {args.nodes} SuperNodes on "
         f"loopback, the example app fitting `{args.method}` on the demo data; each setting "
         "runs twice on the same nodes and the second run is measured, the first having "
         "started the nodes' step workers and installed the app). Load average "

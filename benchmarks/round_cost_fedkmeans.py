@@ -22,14 +22,12 @@ import contextlib
 import functools
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-from _common import machine_line, markdown_table, write_result
+from _common import git_commit, machine_line, markdown_table, write_result
 from speed_fedkmeans import D, K, breakdown
 
 from skfedclust import FederatedKMeans
@@ -64,20 +62,6 @@ def _settings():
     yield "simulated deployed nodes (`NodePolicy()`, privacy ledger on disk)", NodePolicy
 
 
-def _commit():
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
@@ -109,7 +93,7 @@ def main(argv=None):
         f"clients in turn; a round is `(T(1 + m) - T(1)) / m` with m = {args.extra}, "
         f"median and fastest of {args.repeats} repeats.",
         machine_line(),
-        f"Package at commit {_commit()}. Load average (1/5/15 min) {load_before} before, "
+        f"Package at commit {git_commit()}. Load average (1/5/15 min) {load_before} before, "
         f"{load_after} after, on {os.cpu_count()} cores.",
         (
             "Command: `"
