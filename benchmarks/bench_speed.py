@@ -4,7 +4,8 @@ Every ``benchmarks/speed_<method>.py`` module exposes ``cases(quick) -> list[dic
 with keys ``name``, ``federated`` and ``reference`` (zero-argument callables),
 ``reference_name`` and ``goal_ratio`` (or None). Both callables of a case are timed in
 the same run, on the same machine, so the ratio is meaningful even where absolute times
-are not. Writes ``benchmarks/results/speed_ratios.md`` (``speed.md`` is the grid
+are not. Writes ``benchmarks/results/speed_ratios.md`` (``speed.md`` is
+``speed_scale.py``'s, every estimator at three sizes, and ``grid_speed.md`` the grid
 runner's, ``benchmarks/run.py``); list a new results page in ``doc/benchmarks.rst``.
 
     python benchmarks/bench_speed.py --quick
@@ -31,7 +32,9 @@ def discover(only=None):
         method = path.stem.removeprefix("speed_")
         if only and method not in only:
             continue
-        modules[method] = importlib.import_module(path.stem)
+        module = importlib.import_module(path.stem)
+        if hasattr(module, "cases"):  # speed_scale.py is a runner of its own
+            modules[method] = module
     return modules
 
 

@@ -6,8 +6,9 @@ standardized data and the same simulated client splits. Writes two pages:
 
 * ``benchmarks/results/grid.md``: ARI, NMI and accuracy of every cell, the ARI side by
   side against centralized k-means, and what one fit costs in bytes and rounds.
-* ``benchmarks/results/speed.md``: fit time of every estimator as a ratio to
-  ``KMeans(n_init=10)`` on the same data, timed in the same run.
+* ``benchmarks/results/grid_speed.md``: fit time of every estimator as a ratio to
+  ``KMeans(n_init=10)`` on the same data, timed in the same run (the scaling to 200,000
+  rows is ``speed_scale.py``'s ``speed.md``).
 
     python benchmarks/run.py                 # the published run (5 data sets, 5 seeds)
     python benchmarks/run.py --quick         # iris and wine, 2 seeds (grid_quick.md)
@@ -184,7 +185,7 @@ def grid_page(args, argv, results, not_applicable, errors, shapes, elapsed):
         f"Data sets: {datasets}.",
         machine_line(),
         f"Package at commit {git_commit()}. The whole run (this page and "
-        f"[speed](speed.md)) took {elapsed / 60:.1f} minutes.",
+        f"[speed](grid_speed.md)) took {elapsed / 60:.1f} minutes.",
         f"Command: `{command(argv)}`",
     ]
 
@@ -421,8 +422,8 @@ def main(argv=None):
     grid = grid_page(args, argv, results, not_applicable, errors, shapes, elapsed)
     write_result(f"grid{suffix}", f"Grid: every estimator on the demo data sets{tag}", grid)
     speed = speed_page(args, argv, results, shapes, reference_times)
-    title = f"Speed: fit time against centralized k-means{tag}"
-    write_result("speed" + (f"_grid{suffix}" if suffix else ""), title, speed)
+    title = f"Speed on the demo data sets: fit time against centralized k-means{tag}"
+    write_result(f"grid_speed{suffix}", title, speed)
 
 
 if __name__ == "__main__":

@@ -228,7 +228,7 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     for kernel in (lloyd._lloyd_pass_loops, lloyd._lloyd_pass_compiled):
         out = (np.empty(len(X), dtype=np.intp), np.zeros((1, 4, 3)), np.zeros((1, 4), np.int64))
         squares = np.zeros((1, 4, 3))
-        changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 1, True)
+        changed = kernel(X, centers, reference, factor, previous, *out, squares, 0, 9, True)
         outputs.append((changed, *out, squares))
     for a, b in zip(*outputs):
         np.testing.assert_array_equal(a, b)
@@ -237,16 +237,18 @@ def test_the_pass_loops_run_uncompiled_as_compiled():
     X[5] = 1e300
     assert (
         lloyd._lloyd_pass_compiled(
-            X, centers, reference, factor, previous, *out, squares, 0, 1, True
+            X, centers, reference, factor, previous, *out, squares, 0, 9, True
         )
         < 0
     )
 
 
 @pytest.mark.parametrize("n_threads", [2, 3])
-def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads):
+def test_the_pass_adds_blocks_in_order_whatever_the_threads(n_threads, monkeypatch):
     # 3.5 blocks of rows: each block adds its rows in order, then the blocks
-    # are added in block order; the floats do not depend on the threads.
+    # are added in block order; the floats do not depend on the threads. One
+    # block per task, so the threads take blocks in whatever order they come free.
+    monkeypatch.setattr(lloyd, "_BLOCKS_PER_TASK", 1)
     block = lloyd._BLOCK
     # Block b's rows spread over 1e4**b: adding the same rows in another order
     # (all in row order, or the blocks reversed) changes the floats, as the

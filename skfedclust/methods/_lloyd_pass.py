@@ -72,9 +72,9 @@ _COMPILED_MIN_ROWS = _BLOCK
 
 
 def _lloyd_pass_loops(
-    data, centers, reference, factor, previous, labels, sums, counts, squares, first, step, check
+    data, centers, reference, factor, previous, labels, sums, counts, squares, first, stop, check
 ):
-    """Blocks ``first, first + step, ...`` of a Lloyd pass, fused, in ``nearest_center``'s frame.
+    """Blocks ``first`` to ``stop - 1`` of a Lloyd pass, fused, in ``nearest_center``'s frame.
 
     Rows and centers are translated to ``reference`` and scaled by the power
     of two ``factor``; a row goes to the center of least ``||c||^2/2 - x.c``
@@ -107,8 +107,7 @@ def _lloyd_pass_loops(
     deviation = np.empty(d)
     fresh = n > 0 and previous[0] < 0
     changed = 0
-    n_blocks = (n + _BLOCK - 1) // _BLOCK
-    for b in range(first, n_blocks, step):
+    for b in range(first, min(stop, (n + _BLOCK - 1) // _BLOCK)):
         block_sums = sums[b]
         block_counts = counts[b]
         block_squares = squares[b]
@@ -158,20 +157,35 @@ def _lloyd_pass_loops(
 _lloyd_pass_compiled = numba.njit(cache=True, nogil=True)(_lloyd_pass_loops)
 
 
+#: Blocks per task when threads share a pass: a task lasts about half a
+#: millisecond, so a thread that starts late takes fewer tasks instead of
+#: leaving the others waiting for its share.
+_BLOCKS_PER_TASK = 4
+
+
 def _run_pass(arguments, check, n_blocks, n_threads):
     """The compiled pass over every block, on up to ``n_threads`` threads."""
     n_threads = max(1, min(int(n_threads), n_blocks))
     if n_threads == 1:
-        return _lloyd_pass_compiled(*arguments, 0, 1, check)
-    # The calling thread takes the first share itself: a pool thread woken for
-    # it would start a fraction of a millisecond late, as long as a client's pass.
+        return _lloyd_pass_compiled(*arguments, 0, n_blocks, check)
+    # Threads take the next task of consecutive blocks as they come free: on a
+    # virtual machine a woken pool thread may start a fraction of a millisecond
+    # late, as long as a static share of a client's pass. Each block writes its
+    # own statistics, so which thread ran it changes no float.
+    tasks = iter(range(0, n_blocks, _BLOCKS_PER_TASK))
+
+    def work():
+        changed = 0
+        for first in tasks:  # next() on a range iterator holds the GIL: atomic
+            result = _lloyd_pass_compiled(*arguments, first, first + _BLOCKS_PER_TASK, check)
+            if result < 0:
+                return -1
+            changed += result
+        return changed
+
     pool = thread_pool(n_threads - 1)
-    others = [
-        pool.submit(_lloyd_pass_compiled, *arguments, first, n_threads, check)
-        for first in range(1, n_threads)
-    ]
-    results = [_lloyd_pass_compiled(*arguments, 0, n_threads, check)]
-    results += [future.result() for future in others]
+    others = [pool.submit(work) for _ in range(1, n_threads)]
+    results = [work()] + [future.result() for future in others]
     return -1 if min(results) < 0 else sum(results)
 
 
