@@ -89,20 +89,15 @@ def _reference(name):
 
 
 def _federated(method):
+    """The estimator with the grid's settings (``run.py``: the demo's, ten IID clients)."""
+    from run import make_estimator
+
     from skfedclust import partition
-    from skfedclust._cli import DEMO_PARAMS
     from skfedclust.utils import all_estimators
 
-    class _Args:
-        clients = N_CLIENTS
-
-    params = {
-        "n_clusters": N_CLUSTERS,
-        "partition": partition.IIDPartition(N_CLIENTS, random_state=0),
-        "random_state": 0,
-    }
-    params.update(DEMO_PARAMS.get(method, lambda a: {})(_Args()))
-    return dict(all_estimators())[method](**params)
+    spec = partition.IIDPartition(N_CLIENTS, random_state=0)
+    cls = dict(all_estimators())[method]
+    return make_estimator(method, cls, N_CLUSTERS, spec, 0, N_CLIENTS)
 
 
 def run_cell(method, reference, n, pairs, sides):
@@ -268,9 +263,10 @@ def main(argv=None):
     body = "\n\n".join(
         [
             "Fit time of every estimator, package defaults on ten IID clients "
-            "(`IIDPartition(10)`; `n_parties=7` for OmniFC, `weighted=True` for Kumar, as in "
-            "the demo), against the centralized scikit-learn estimator that computes the "
-            "same kind of clustering on the pooled rows. Data: "
+            "(`IIDPartition(10)`; `n_parties=10` (one per client) for OmniFC, "
+            "`weighted=True` for Kumar, as in the demo), against the centralized "
+            "scikit-learn estimator that computes the same kind of clustering on the "
+            "pooled rows. Data: "
             f"`make_blobs(n, n_features={N_FEATURES}, centers={N_CLUSTERS})`, standardized, "
             f"k = {N_CLUSTERS}. Reference and federated fits alternate in pairs in one "
             f"process per estimator and size ({pairs}), after one untimed fit of each on the "
