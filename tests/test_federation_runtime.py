@@ -13,6 +13,7 @@ from skfedclust.federation import (
     Received,
     Reply,
     reads,
+    side_by_side,
 )
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -248,6 +249,55 @@ def test_steps_run_on_the_persistent_pool_under_threads_and_get_their_share_of_c
     cores = _openmp_effective_n_threads()
     expected = cores if n_threads == "cores" else max(1, cores // 2)
     assert {threads for _, threads in names} == {expected} == {threads_per_step(n_jobs)}
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_side_by_side_steps_run_on_one_thread_each_when_steps_would_run_in_turn(cores, monkeypatch):
+    from skfedclust.federation import _runtime
+
+    monkeypatch.setattr(_runtime, "_openmp_effective_n_threads", lambda: cores)
+    runtime = InProcessRuntime(_federation(n_clients=4))
+    runtime.run(record_thread_name_side_by_side, tag="where")
+    where = _kept(runtime, "where")
+    runtime.run(record_threads_side_by_side, tag="threads")
+    if cores == 1:
+        assert where == [("MainThread", 1)] * 4
+    else:
+        # As many threads as a step in turn would get, one thread each.
+        assert all(name.startswith("skfedclust-client") for name, _ in where), where
+        assert {threads for _, threads in where} == {1}
+    for info in _kept(runtime, "threads"):
+        assert all(n == 1 for n in info), info  # BLAS and OpenMP still one thread each
+    # An unmarked step still runs in turn, with the cores.
+    runtime.run(record_thread_name, tag="in turn")
+    assert _kept(runtime, "where") == [("MainThread", cores)] * 4
+
+
+def test_side_by_side_changes_no_result_and_a_single_client_keeps_the_cores(monkeypatch):
+    from skfedclust.federation import _runtime
+
+    want = InProcessRuntime(_federation(n_clients=5, seed=3)).run(seeded_noise, tag="x").list()
+    monkeypatch.setattr(_runtime, "_openmp_effective_n_threads", lambda: 2)
+    runtime = InProcessRuntime(_federation(n_clients=5, seed=3))
+    got = runtime.run(side_by_side(seeded_noise_copy), tag="x").list()
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    runtime.run(record_thread_name_side_by_side, tag="where", clients=[2])
+    assert _kept(runtime, "where", clients=[2]) == [("MainThread", 2)]
+
+
+def seeded_noise_copy(data, inbox, state, party):
+    return seeded_noise(data, inbox, state, party)
+
+
+@side_by_side
+def record_thread_name_side_by_side(data, inbox, state, party):
+    return record_thread_name(data, inbox, state, party)
+
+
+@side_by_side
+def record_threads_side_by_side(data, inbox, state, party):
+    return record_threads(data, inbox, state, party)
 
 
 def record_thread_name(data, inbox, state, party):

@@ -179,10 +179,11 @@ def test_local_init_default_grows_as_the_square_root_of_the_client_rows(monkeypa
 
     monkeypatch.setattr(gold_module, "fine_grained_cpl", spy)
     GOLDClustering(3, random_state=0).fit(clients)
-    assert asked == [(len(c), "sqrt") for c in clients]
+    # Clients run side by side: in any order.
+    assert sorted(asked) == sorted((len(c), "sqrt") for c in clients)
     asked.clear()
     GOLDClustering(3, random_state=0, **PAPER).fit(clients)
-    assert asked == [(len(c), 0.5) for c in clients]
+    assert sorted(asked) == sorted((len(c), 0.5) for c in clients)
     # "sqrt": half the rows on small clients (the paper), 10 sqrt(n) on large ones.
     from skfedclust.clusterers import _cpl
 
@@ -420,14 +421,42 @@ def test_predict_agrees_with_labels_on_training_rows_of_separated_clusters():
 # --------------------------------------------------------------------------- #
 # Determinism, n_jobs, offsets
 # --------------------------------------------------------------------------- #
-def test_determinism_and_n_jobs_invariance():
+def test_determinism_and_n_jobs_invariance(monkeypatch):
+    from skfedclust.federation import _runtime
+
     clients, _ = _clients(n=400, k=4, m=6, std=1.0)
-    runs = [GOLDClustering(4, n_jobs=j, random_state=3).fit(clients) for j in (1, 1, 3)]
+    runs = [GOLDClustering(4, n_jobs=j, random_state=3).fit(clients) for j in (None, 1, 3)]
+    # One core: the clients' FCPL runs in turn instead of side by side.
+    monkeypatch.setattr(_runtime, "_openmp_effective_n_threads", lambda: 1)
+    runs.append(GOLDClustering(4, random_state=3).fit(clients))
     for other in runs[1:]:
         np.testing.assert_array_equal(runs[0].labels_, other.labels_)
         np.testing.assert_array_equal(runs[0].cluster_centers_, other.cluster_centers_)
         np.testing.assert_array_equal(runs[0].granular_codes_, other.granular_codes_)
         assert runs[0].communication_["bytes_total"] == other.communication_["bytes_total"]
+
+
+def test_clients_run_fcpl_side_by_side_on_the_cores(monkeypatch):
+    from skfedclust.clusterers import _cpl
+    from skfedclust.federation import _runtime
+    from skfedclust.methods import _gold
+
+    # The pass runs without the GIL, so threads do run the clients at once.
+    assert _cpl._competition_pass_numba.targetoptions["nogil"]
+    threads = []
+    original = _gold.fine_grained_cpl
+
+    def recording(*args, **kwargs):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_gold, "fine_grained_cpl", recording)
+    monkeypatch.setattr(_runtime, "_openmp_effective_n_threads", lambda: 2)
+    clients, _ = _clients(n=200, k=3, m=4, std=1.0)
+    GOLDClustering(3, random_state=0).fit(clients)
+    assert len(threads) == 4 and all(t.startswith("skfedclust-client") for t in threads)
 
 
 @pytest.mark.parametrize("standardize", [True, False])

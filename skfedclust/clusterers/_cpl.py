@@ -383,12 +383,17 @@ def _competition_pass_loops(
     # features in order (the same rounding as a plain loop).
     centers_t = np.empty((n_features, m))
     weights_t = np.empty((n_features, m))
+    # The cluster weights in slot order, and -inf for an eliminated cluster, so
+    # that the ranking loop reads contiguous memory and needs no test.
+    log_g_slot = np.empty(m)
     for q in range(m):
         slot[ids[q]] = q
+        log_g_slot[q] = log_g[ids[q]]
         for f in range(n_features):
             centers_t[f, q] = centers[ids[q], f]
             weights_t[f, q] = weights[ids[q], f]
     distance = np.empty(m)
+    partial = np.empty(m)
     max_wins = wins.max()
     n_changed = 0
     for p in range(order.shape[0]):
@@ -403,16 +408,17 @@ def _competition_pass_loops(
         # log(total - 1)], a narrow band once there are many wins: rank on
         # log g_j - distance_j / 2 first and take logs only for the clusters
         # that can still reach the top two.
+        for q in range(m):
+            partial[q] = log_g_slot[q] - 0.5 * distance[q]
         top1 = -np.inf
         top2 = -np.inf
         for q in range(m):
-            if active[ids[q]]:
-                partial = log_g[ids[q]] - 0.5 * distance[q]
-                if partial > top1:
+            if partial[q] > top2:
+                if partial[q] > top1:
                     top2 = top1
-                    top1 = partial
-                elif partial > top2:
-                    top2 = partial
+                    top1 = partial[q]
+                else:
+                    top2 = partial[q]
         band = math.log(total_wins - 1.0) - math.log(total_wins - max_wins)
         threshold = top2 - band - 1e-9 * (1.0 + abs(top2))
         best = -np.inf
@@ -420,9 +426,10 @@ def _competition_pass_loops(
         v = -1
         r = -1
         for q in range(m):
-            j = ids[q]
-            if not active[j] or log_g[j] - 0.5 * distance[q] < threshold:
+            # An eliminated cluster (-inf) stays out even when threshold is -inf.
+            if partial[q] < threshold or log_g_slot[q] == -np.inf:
                 continue
+            j = ids[q]
             score = (math.log(total_wins - wins[j]) + log_g[j]) - 0.5 * distance[q]
             if score > best:
                 second = best
@@ -434,9 +441,11 @@ def _competition_pass_loops(
                 r = j
         beta[v] += lr
         log_g[v] = _log_sigmoid(_SLOPE * beta[v] - _OFFSET)
+        log_g_slot[slot[v]] = log_g[v]
         if r >= 0:
             beta[r] -= lr * math.exp(second - best)
             log_g[r] = _log_sigmoid(_SLOPE * beta[r] - _OFFSET)
+            log_g_slot[slot[r]] = log_g[r]
         wins[v] += 1.0
         total_wins += 1.0
         max_wins = max(max_wins, wins[v])
@@ -454,6 +463,8 @@ def _competition_pass_loops(
                 counts[old] -= 1
                 if counts[old] == 0:
                     active[old] = False
+                    if slot[old] >= 0:
+                        log_g_slot[slot[old]] = -np.inf
                 else:
                     so = slot[old]
                     for f in range(n_features):
@@ -464,8 +475,8 @@ def _competition_pass_loops(
     return n_changed, total_wins
 
 
-_log_sigmoid = numba.njit(cache=True)(_log_sigmoid_scalar)
-_competition_pass_numba = numba.njit(cache=True)(_competition_pass_loops)
+_log_sigmoid = numba.njit(cache=True, nogil=True)(_log_sigmoid_scalar)
+_competition_pass_numba = numba.njit(cache=True, nogil=True)(_competition_pass_loops)
 
 
 #: Fewer rows take the NumPy pass: as fast as the compiled one on a client of

@@ -35,6 +35,7 @@ from ._runtime import (
     progress,
     reads,
     releases_rows,
+    side_by_side,
     sum_only,
     summand,
     use_runtime,
@@ -68,5 +69,6 @@ __all__ = [
     "progress",
     "reads",
     "releases_rows",
+    "side_by_side",
     "use_runtime",
 ]

@@ -430,6 +430,21 @@ def sum_only(step):
     return step
 
 
+def side_by_side(step):
+    """Mark a client step whose work is one sequential thread that releases the GIL.
+
+    When the in-process runtime runs steps in turn (``n_jobs=None`` or 1), a
+    step may use the cores for work of its own (``party.n_threads``); a step
+    that cannot split its work (GOLD's online competition pass visits the rows
+    one after another) would leave all but one idle. The runtime instead runs
+    such steps side by side on threads, one thread each, as many as a step
+    in turn would get. Each party computes what it computes alone, so the
+    result is the same; a Flower node runs its own step either way.
+    """
+    step.__skfedclust_side_by_side__ = True
+    return step
+
+
 def per_client_inputs(*tags):
     """Declare the server messages a client step reads that differ from client to client.
 
@@ -1022,6 +1037,12 @@ class InProcessRuntime(Runtime):
         self._exchange += 1
         # Before the single-thread limit of the map below, which the count reads.
         n_threads = threads_per_step(self.n_jobs)
+        in_turn = effective_n_jobs(self.n_jobs) == 1
+        side_by_side_threads = 0
+        if in_turn and getattr(step, "__skfedclust_side_by_side__", False) and len(targets) > 1:
+            side_by_side_threads = min(n_threads, len(targets))
+            if side_by_side_threads > 1:
+                n_threads = 1
         inboxes = []
         wanted = step_reads(step)
         for c in targets:
@@ -1051,7 +1072,11 @@ class InProcessRuntime(Runtime):
         # process-wide, so with the threading backend one worker leaving its
         # context must not lift the limit under another one still running.
         with _limited_map():
-            if effective_n_jobs(self.n_jobs) == 1:
+            if side_by_side_threads > 1:
+                pool = thread_pool(side_by_side_threads, "client")
+                run = functools.partial(_run_step_with_config, get_config())
+                replies = list(pool.map(run, arguments))
+            elif in_turn:
                 # In turn on this thread: joblib's dispatch and scikit-learn's
                 # hand-over of its config (already in effect here) would cost
                 # about 50 us per step.

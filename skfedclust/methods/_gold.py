@@ -32,6 +32,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from joblib import parallel_config
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
@@ -40,7 +41,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import center_means, local_kmeans, nearest_center
 from ..clusterers._cpl import canonical_order, fine_grained_cpl, multi_granular_cpl
 from ..clusterers._remc import remc
-from ..federation import Reply, per_client_inputs
+from ..federation import Reply, per_client_inputs, side_by_side
 from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
 from ..secure import SumChannel, pooled_moments
@@ -54,6 +55,9 @@ DEFAULT_N_CLIENTS = 8
 
 
 # ---------------------------------------------------------------- client side
+# The online pass visits the rows one after another on one thread (compiled,
+# without the GIL): clients run it side by side on the cores.
+@side_by_side
 def gold_micro_clusters(
     data,
     inbox,
@@ -550,7 +554,11 @@ class GOLDClustering(BaseFederatedClustering):
     secure_aggregation : bool, default=True
         Learn the standardization by secure sums (see ``standardize``).
     n_jobs : int, default=None
-        Number of parallel client workers (joblib).
+        Number of parallel client workers (joblib, threads unless a backend
+        is chosen with ``joblib.parallel_config``). With ``None`` the clients'
+        FCPL still runs side by side, one thread per client, on the cores
+        (the pass is sequential and releases the GIL); the result does not
+        depend on ``n_jobs``.
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, every client's FCPL and the server.
     verbose : int, default=0
@@ -747,6 +755,14 @@ class GOLDClustering(BaseFederatedClustering):
         return mean, scale
 
     def _run_protocol(self, runtime, random_state):
+        # The clients' work is the compiled pass, which releases the GIL: with
+        # n_jobs, threads run the clients without copying their rows to worker
+        # processes at every step. A backend the user chose
+        # (joblib.parallel_config) still wins.
+        with parallel_config(prefer="threads"):
+            self._protocol(runtime, random_state)
+
+    def _protocol(self, runtime, random_state):
         lonely = np.flatnonzero(np.asarray(runtime.client_sizes) == 1)
         if len(lonely):
             warnings.warn(
