@@ -196,7 +196,8 @@ def main():
         warm_import, warm_call = _first_call(cache)
     lines += [
         "## numba compile time",
-        f"First CPL call (300 rows: the compiled pass) in a fresh process with an empty numba cache: {cold_call:.1f} s "
+        "First CPL call (300 rows: the compiled pass) in a fresh process with an empty "
+        f"numba cache: {cold_call:.1f} s "
         f"(import {cold_import:.1f} s); with the cache filled: {warm_call:.2f} s (import "
         f"{warm_import:.1f} s). The package compiles with `cache=True`, so the cost is paid "
         "once per installation (per cache directory).",
