@@ -83,6 +83,30 @@ def _least_squares(A, gram, target):
     return G, np.linalg.norm(A @ G - target)
 
 
+def _joined(blocks):
+    """The blocks side by side (a single block as it is, without a copy)."""
+    return blocks[0] if len(blocks) == 1 else np.hstack(blocks)
+
+
+def _stacked_anchors(anchor_blocks, affine):
+    """All row groups' anchor representations side by side, ``(B, column bounds)``.
+
+    Row group ``i`` owns columns ``bounds[i]:bounds[i + 1]`` of ``B``: its
+    parties' blocks in order, then (affine maps) a column of ones.
+    """
+    widths = [sum(block.shape[1] for block in blocks) + affine for blocks in anchor_blocks]
+    bounds = np.cumsum([0, *widths])
+    B = np.empty((anchor_blocks[0][0].shape[0], bounds[-1]))
+    for blocks, start, stop in zip(anchor_blocks, bounds[:-1], bounds[1:]):
+        column = start
+        for block in blocks:
+            B[:, column : column + block.shape[1]] = block
+            column += block.shape[1]
+        if affine:
+            B[:, stop - 1] = 1.0
+    return B, bounds
+
+
 def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
     """Analyst step: collaborative representation from the parties' uploads only.
 
@@ -109,15 +133,13 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
         ``||[anchor_tilde_i, 1] G_i - target||_F`` of each row group.
     """
     affine = alignment == "affine"
-    data, anchors = [], []
-    for group in groups:
-        X_i = np.hstack([uploads[c][0] for c in group])
-        A_i = np.hstack([uploads[c][1] for c in group])
-        if affine:
-            A_i = np.hstack([A_i, np.ones((len(A_i), 1))])
-        data.append(X_i)
-        anchors.append(A_i)
-    n_anchors = anchors[0].shape[0]
+    data = [_joined([uploads[c][0] for c in group]) for group in groups]
+    B, bounds = _stacked_anchors([[uploads[c][1] for c in group] for group in groups], affine)
+    # Each row group's (augmented) anchor block is a view of B: with r = n
+    # anchors (the paper's choice) B is as large as the data times the number
+    # of row groups, so it is written once rather than stacked twice.
+    anchors = [B[:, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    n_anchors = B.shape[0]
     widths = [A.shape[1] - (1 if affine else 0) for A in anchors]
     for i, A_i in enumerate(anchors):
         if n_anchors < A_i.shape[1]:
@@ -127,14 +149,12 @@ def dc_server_collaborate(uploads, groups, *, alignment, n_components_collab):
                 f"{A_i.shape[1]} columns, so the map g cannot be determined; use "
                 f"n_anchors >= {max(A.shape[1] for A in anchors)}"
             )
-    B = np.hstack(anchors)
     gram = B.T @ B
     target = _leading_left_vectors(
         B,
         gram,
         lambda s: _collab_dimension(n_components_collab, s, widths, affine, n_anchors),
     )
-    bounds = np.cumsum([0] + [A.shape[1] for A in anchors])
     maps, X_hat, errors = [], [], []
     for X_i, A_i, a, b in zip(data, anchors, bounds[:-1], bounds[1:]):
         G_i, error = _least_squares(A_i, gram[a:b, a:b], target)
