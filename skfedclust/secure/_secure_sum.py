@@ -626,10 +626,12 @@ def _shares_for_neighbours(self_seed, pair_keys, sum_id, threshold, party):
     mine = list(pair_keys)
     secrets = [self_seed, *pair_keys.values()]
     shares = shamir_split_many(secrets, len(mine), threshold, party)
-    return {
-        j: np.array([sum_id, k + 1, *_split_words(shares[:, k])], dtype=np.uint64)
-        for k, j in enumerate(mine)
-    }
+    # Row k: (sum id, x = k + 1, each secret's share at x as (high, low) words).
+    rows = np.empty((len(mine), 2 + 2 * len(secrets)), dtype=np.uint64)
+    rows[:, 0] = sum_id
+    rows[:, 1] = np.arange(1, len(mine) + 1)
+    rows[:, 2:] = _words_of(shares.T.ravel()).reshape(len(mine), -1)
+    return {j: rows[k].copy() for k, j in enumerate(mine)}
 
 
 def _plaintext_keys(arrays):
@@ -659,9 +661,16 @@ def _split_words(values):
     return [w for v in values for w in (int(v) >> 64, int(v) & (2**64 - 1))]
 
 
+def _words_of(values):
+    """:func:`_split_words` as an array: one conversion of the 128-bit big-endian bytes."""
+    raw = b"".join([int(v).to_bytes(16, "big") for v in values])
+    return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+
 def _join_words(words):
-    words = [int(w) for w in words]
-    return [(hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2])]
+    """The field elements of (high, low) 64-bit words (inverse of :func:`_split_words`)."""
+    raw = np.asarray(words, dtype=np.uint64).astype(">u8").tobytes()
+    return [int.from_bytes(raw[i : i + 16], "big") for i in range(0, len(raw), 16)]
 
 
 def _received_shares(current, inbox):
@@ -767,6 +776,8 @@ def secure_sum_unmask_step(data, inbox, state, party):
         if j in survivors and j in shares:
             x, b_share, *pair_shares = shares[j]
             b_shares.append([j, x, *_split_words([b_share])])
+            if not dropped:
+                continue
             # The surviving neighbour's pair keys with the dropped clients only,
             # as it reveals them itself: the sum completes without it.
             for d, share in zip(current.neighbours_of(j), pair_shares):

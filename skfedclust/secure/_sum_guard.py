@@ -128,15 +128,20 @@ def record_of(state):
 # Digests of public values
 # --------------------------------------------------------------------------- #
 def _feed(h, obj):
-    # Plain ints (participants, ids, shifts) first, and a list of them in one
-    # update: the same bytes as fed one by one below, at a fraction of the calls.
-    if type(obj) is int:
+    # Exact built-in types first (participants, ids, shifts, names, digests),
+    # and a list of plain ints in one update: the same bytes as the general
+    # cases below, without their abstract-class checks.
+    kind = type(obj)
+    if kind is int:
         h.update(b"s%d" % obj)
         return
-    if type(obj) in (list, tuple) and all(type(item) is int for item in obj):
+    if kind is bytes or kind is str:
+        h.update(b"s" + repr(obj).encode())
+        return
+    if (kind is list or kind is tuple) and all([type(item) is int for item in obj]):
         h.update(b"l%d" % len(obj) + b"".join([b"s%d" % item for item in obj]))
         return
-    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+    if kind is np.ndarray or isinstance(obj, (np.ndarray, np.generic)):
         array = np.ascontiguousarray(obj)
         if array.dtype.kind in "fc":
             array = array + 0.0  # -0.0 and 0.0 are one value: one digest
