@@ -8,14 +8,15 @@ everything above it); the tables and the verdict above it are measured.
 1. Per Lloyd iteration at n=2,000,000 (the goal's size: at most 1.3x) and
    n=200,000 (published without a goal), d=20, k=8, 10 clients, secure sums on,
    in-process, as a ratio to one iteration of scikit-learn's ``KMeans`` on
-   the pooled rows. An iteration's time is the difference between fits of
-   ``1 + m`` and ``1`` iterations (``tol=0`` on rows that keep moving), divided
-   by ``m``: it leaves out the one-off costs (bound agreement, moments,
-   validation). Federated and scikit-learn fits alternate, pair by pair, and
-   the ratio is the median of the pairs' ratios. Three pairings: clients in
-   turn (``n_jobs=None``, the default) and on two threads (``n_jobs=2``)
-   against scikit-learn on every core, and clients in turn against
-   scikit-learn on one thread.
+   the pooled rows. An iteration's time is the difference between the Lloyd
+   loops of fits of ``1 + m`` and ``1`` iterations (``tol=0`` on rows that keep
+   moving), divided by ``m``: it leaves out the one-off costs (bound
+   agreement, moments, validation, copies of the rows), which vary from fit
+   to fit by more than ten iterations take at n=2,000,000. Federated and
+   scikit-learn fits alternate, pair by pair, and the ratio is the median of
+   the pairs' ratios. Three pairings: clients in turn (``n_jobs=None``, the
+   default) and on two threads (``n_jobs=2``) against scikit-learn on every
+   core, and clients in turn against scikit-learn on one thread.
 2. Where an iteration's time goes (clients in turn): the compiled Lloyd pass,
    the secure sum's client and server work, and the rest (runtime, ledger,
    server update), from timers around those functions inside the Lloyd loop.
@@ -34,7 +35,8 @@ import sys
 import time
 
 import numpy as np
-from _common import RESULTS, machine_line, markdown_table, write_result
+import sklearn.cluster._kmeans as sklearn_kmeans
+from _common import RESULTS, git_commit, machine_line, markdown_table, write_result
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
@@ -51,10 +53,35 @@ GOAL = 1.3
 ANALYSIS = "## Where the time goes"
 
 
-def _fit_time(fit):
-    start = time.perf_counter()
-    fit()
-    return time.perf_counter() - start
+@contextlib.contextmanager
+def _loop_time():
+    """Seconds of the last Lloyd loop of each side (``"ours"``, ``"sklearn"``).
+
+    The loops only: a fit's one-off work (validation, copies and norms of the
+    rows, the bound agreement) varies from fit to fit by more than ten
+    iterations take at n=2,000,000, so differences of whole fit times can come
+    out negative there.
+    """
+    last = {}
+
+    def timed(original, side):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                last[side] = time.perf_counter() - start
+
+        return functools.update_wrapper(wrapper, original)
+
+    ours, theirs = FederatedKMeans._lloyd, sklearn_kmeans._kmeans_single_lloyd
+    FederatedKMeans._lloyd = timed(ours, "ours")
+    sklearn_kmeans._kmeans_single_lloyd = timed(theirs, "sklearn")
+    try:
+        yield last
+    finally:
+        FederatedKMeans._lloyd = ours
+        sklearn_kmeans._kmeans_single_lloyd = theirs
 
 
 def _load():
@@ -85,12 +112,18 @@ def per_iteration(X, init, n_clients, extra, pairs, *, n_jobs=None, sklearn_thre
     assert ours(1 + extra)().n_iter_ == 1 + extra
     sklearn(1 + extra)()
     ratios, ours_s, sk_s = [], [], []
-    for _ in range(pairs):
-        a = (_fit_time(ours(1 + extra)) - _fit_time(ours(1))) / extra
-        b = (_fit_time(sklearn(1 + extra)) - _fit_time(sklearn(1))) / extra
-        ours_s.append(a)
-        sk_s.append(b)
-        ratios.append(a / b)
+    with _loop_time() as last:
+
+        def loop(fit, side):
+            fit()
+            return last[side]
+
+        for _ in range(pairs):
+            a = (loop(ours(1 + extra), "ours") - loop(ours(1), "ours")) / extra
+            b = (loop(sklearn(1 + extra), "sklearn") - loop(sklearn(1), "sklearn")) / extra
+            ours_s.append(a)
+            sk_s.append(b)
+            ratios.append(a / b)
     return np.median(ours_s), np.median(sk_s), np.median(ratios), (min(ours_s), min(sk_s))
 
 
@@ -127,8 +160,17 @@ def _timers(targets):
             setattr(module, name, original)
 
 
-def breakdown(X, init, n_clients, iters, repeats):
-    """Milliseconds per Lloyd iteration by component (clients in turn), medians of ``repeats``."""
+#: The clients' cryptography inside the secure sum (with ``crypto=True``).
+CRYPTO_MASKS = "of the client side: masks (ChaCha20 keystreams, pairwise and self)"
+CRYPTO_SHARES = "of the client side: Shamir shares (self-mask seed, pair keys)"
+
+
+def breakdown(X, init, n_clients, iters, repeats, *, crypto=False):
+    """Milliseconds per Lloyd iteration by component (clients in turn), medians of ``repeats``.
+
+    With ``crypto=True`` two more entries give the part of the clients'
+    secure-sum work spent on its cryptography: the masks and the Shamir shares.
+    """
     targets = [
         (fedkmeans_steps, "lloyd_pass"),
         (secure_sum, "secure_sum_upload_step"),
@@ -136,6 +178,8 @@ def breakdown(X, init, n_clients, iters, repeats):
         (secure_sum, "unmask_sum"),
         (secure_sum, "decode_sum"),
     ]
+    if crypto:
+        targets += [(secure_sum, "_masked"), (secure_sum, "_shares_for_neighbours")]
     samples = []
     for _ in range(repeats):
         with _timers(targets) as totals:
@@ -162,6 +206,9 @@ def breakdown(X, init, n_clients, iters, repeats):
                 "total": t["lloyd"],
             }
         )
+        if crypto:
+            samples[-1][CRYPTO_MASKS] = t["_masked"]
+            samples[-1][CRYPTO_SHARES] = t["_shares_for_neighbours"]
     return {key: float(np.median([s[key] for s in samples])) for key in samples[0]}
 
 
@@ -319,14 +366,19 @@ def main(argv=None):
         print(f"kept the section {ANALYSIS!r}: check it against these numbers")
     body = f"""
 Command: `python benchmarks/speed_fedkmeans.py{" --quick" if args.quick else ""}`. {machine_line()}
+Package at commit {git_commit()}.
 
 ## Time per Lloyd iteration
 
 Uniform rows (Lloyd keeps moving), scikit-learn's `KMeans(init=centers, n_init=1, tol=0)`
 on the pooled rows against `FederatedKMeans(init=centers, tol=0, partition=10)` with
 secure aggregation, in-process, d={D}, k={K}, n={n:,} (the goal's size) and {big:,}.
-An iteration's time is `(T(1 + m) - T(1)) / m` for fits of `1 + m` and 1 iterations
-(m = {extra}); federated and scikit-learn fits alternate, {pairs} pairs per line
+An iteration's time is `(L(1 + m) - L(1)) / m`, with `L` the time of the Lloyd loop in
+fits of `1 + m` and 1 iterations (m = {extra}): scikit-learn's `_kmeans_single_lloyd`
+and `FederatedKMeans._lloyd` (broadcasts, client steps, secure sums, server updates).
+Timing the loops leaves out the fits' one-off work (validation, copies and norms of the
+rows, the bound agreement), which varies from fit to fit by more than ten iterations
+take at {big:,} rows. Federated and scikit-learn fits alternate, {pairs} pairs per line
 at n={n:,} ({max(3, pairs - 2)} at {big:,}), medians shown. Client steps run BLAS and OpenMP on one
 thread; with `n_jobs=None` the clients run in turn and each client's Lloyd pass shares
 its blocks of rows among the cores (`party.n_threads`); `n_jobs=2` runs two clients at a
