@@ -680,11 +680,12 @@ def _received_shares(current, inbox):
     neighbour's participating neighbours in order)``.
     """
     shares = dict(current.shares)
+    active = set(current.participants)
     for j, share in inbox.get(TAG_UPLOAD, {}).items():
         share = np.asarray(share, dtype=np.uint64).ravel()
         if share.size < 4 or int(share[0]) != current.sum_id:
             raise SecureSumError(f"client {j}'s share belongs to another sum")
-        expected = 4 + 2 * len(current.neighbours_of(int(j)))
+        expected = 4 + 2 * len(current.neighbours_of(int(j), active))
         if share.size != expected:
             raise SecureSumError(
                 f"client {j}'s share holds {share.size} words, not the {expected} of a "
@@ -772,6 +773,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
     seeds = dict(state.get(_seeds_key(current.graph_seed), {}))
     b_shares, pair_keys, key_shares = [], [], []
     survivors, dropped = set(survivors), set(dropped)
+    active = set(current.participants)
     for j in current.neighbours:
         if j in survivors and j in shares:
             x, b_share, *pair_shares = shares[j]
@@ -780,7 +782,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
                 continue
             # The surviving neighbour's pair keys with the dropped clients only,
             # as it reveals them itself: the sum completes without it.
-            for d, share in zip(current.neighbours_of(j), pair_shares):
+            for d, share in zip(current.neighbours_of(j, active), pair_shares):
                 if d in dropped:
                     key_shares.append([j, d, x, *_split_words([share])])
         elif j in dropped:

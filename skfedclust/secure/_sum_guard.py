@@ -99,10 +99,15 @@ class OpenSum:
     graph_degree: int = 0
     graph_size: int = 0
 
-    def neighbours_of(self, client):
-        """``client``'s neighbours among the participants, in the order of its shares."""
+    def neighbours_of(self, client, active=None):
+        """``client``'s neighbours among the participants, in the order of its shares.
+
+        ``active`` is the set of the participants, for callers that ask for many
+        clients' neighbours (building it is linear in the participants).
+        """
+        active = set(self.participants) if active is None else active
         graph = (self.graph_size, self.graph_degree, self.graph_seed)
-        return _participating_neighbours(int(client), tuple(self.participants), graph)
+        return tuple(j for j in _neighbours_of(int(client), *graph) if j in active)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +237,11 @@ def threshold_floor(n_neighbours, min_participants):
 # --------------------------------------------------------------------------- #
 def _int_list(values, what):
     try:
-        out = [int(v) for v in np.asarray(values).ravel()]
+        array = np.asarray(values)
+        if array.dtype.kind in "iu":
+            # Python ints in one conversion (rosters of thousands of clients).
+            return array.ravel().tolist()
+        out = [int(v) for v in array.ravel()]
     except (TypeError, ValueError) as exc:
         raise SumRefusal("well-formed", f"{what} is not a list of client numbers") from exc
     return out
