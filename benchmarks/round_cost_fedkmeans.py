@@ -59,7 +59,7 @@ def _round_ms(X, init, extra, repeats):
 
 def _bookkeeping(split):
     """A round's milliseconds less the Lloyd pass and the clients' masks and shares."""
-    lloyd = "client Lloyd pass (labels, sums, counts, squares)"
+    lloyd = "client Lloyd pass (labels, sums, counts)"
     return split["total"] - split[lloyd] - split[CRYPTO_MASKS] - split[CRYPTO_SHARES]
 
 

@@ -51,8 +51,8 @@ def _halfspace_oracle(runtime):
     def query(t):
         centers = _split_by_plane(u, t)
         runtime.broadcast(centers, tag=TAG_CENTERS)
-        (sums, counts, _, _), _ = aggregator.sum(
-            fedkmeans_lloyd_statistics, tag="lloyd", bounds=[2.0**12, None, 2.0**20, None]
+        (sums, counts, _), _ = aggregator.sum(
+            fedkmeans_lloyd_statistics, tag="lloyd", bounds=[2.0**12, None, None]
         )
         # The step sends deviations from each row's own center.
         return int(counts[1]), sums[1] + counts[1] * centers[1]

@@ -210,6 +210,19 @@ def test_the_fused_pass_gives_the_statistics_of_nearest_center(case, known_range
     assert changed == (len(X) if previous is None else np.count_nonzero(previous != expected))
 
 
+@pytest.mark.parametrize("case", range(8))
+def test_the_pass_without_inertia_gives_the_same_statistics(case, pass_engine):
+    # A Lloyd iteration skips the squares (the inertia is asked for apart,
+    # when a cluster empties): the rest of the pass is the same floats.
+    X, centers, previous = list(_pass_cases())[case]
+    full = lloyd.lloyd_pass(X, centers, previous)
+    lean = lloyd.lloyd_pass(X, centers, previous, inertia=False)
+    assert full[3] is not None and lean[3] is None
+    for a, b in zip(full[:3], lean[:3]):
+        np.testing.assert_array_equal(a, b)
+    assert full[4] == lean[4]
+
+
 def test_the_fused_pass_breaks_ties_towards_the_lowest_index(pass_engine):
     centers = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [1.0, 5.0]]) + 1.7e9
     X = np.array([[1.0, 0.0], [1.0, -3.0], [0.0, 0.0], [2.0, 0.0]]) + 1.7e9
@@ -357,7 +370,7 @@ def test_bytes_per_iteration(n_clients):
         ]
         return {key: reports[1][key] - reports[0][key] for key in reports[0] if key != "per_client"}
 
-    vector = 8 * (k * d + k + k + 1)  # sums, counts, inertias, changed labels
+    vector = 8 * (k * d + k + 1)  # sums, counts, changed labels
     clear = per_iteration(False)
     assert clear["rounds"] == 1
     assert clear["bytes_up"] == n_clients * vector
@@ -442,6 +455,29 @@ def test_an_empty_cluster_takes_the_far_rows_of_the_largest_inertia_cluster():
     fk = FederatedKMeans(5, init=init, partition=3, random_state=0).fit(X)
     assert np.all(np.bincount(fk.labels_, minlength=5) > 0)
     assert np.all(np.isfinite(fk.cluster_centers_))
+
+
+def test_the_clusters_inertia_is_sent_only_when_a_cluster_is_empty():
+    # A Lloyd iteration sends sums, counts and changed labels; the per-cluster
+    # squared distances that pick the donors are one more sum, asked for only
+    # in an iteration that left a cluster empty.
+    X = _data(k=3)
+    empty_first = np.vstack([X[:3], X.mean(axis=0) + 1e3])
+    for init, expected in [(empty_first, 1), (X[:3].copy(), 0)]:
+        with recording_runtime() as runtimes:
+            fk = FederatedKMeans(
+                len(init), init=init, max_iter=3, secure_aggregation=False, partition=3
+            ).fit(X)
+        (runtime,) = runtimes
+        statistics = [r for r in runtime.received if r.tag == "cluster statistics"]
+        assert statistics and all(
+            len(sums_counts_changed) == 3 for r in statistics for sums_counts_changed in r.list()
+        )
+        asked = [r for r in runtime.received if r.tag == "inertia of the clusters"]
+        assert len(asked) == expected
+        assert all(len(r.list()) == 3 for r in asked)
+    # The relocated cluster holds rows after the one iteration that asked.
+    assert fk.n_iter_ >= 1
 
 
 def test_an_empty_cluster_keeps_its_center_in_a_sampled_iteration():

@@ -44,6 +44,7 @@ from ._fedkmeans_steps import (
     TAG_FARTHEST_PICK,
     TAG_RELOCATE,
     fedkmeans_callable_local_centers,
+    fedkmeans_cluster_inertia,
     fedkmeans_far_rows,
     fedkmeans_farthest_rows,
     fedkmeans_final_labels,
@@ -183,12 +184,13 @@ class ExactIteration:
         self._bounds = None
 
     def statistics(self, centers, participants):
-        self._bounds = None
+        self._bounds = self._inertia_bound = None
         if self.spread is not None:
             n_c = self.model._max_size(self.runtime, participants)
             radius = nearest_radius(centers, self.rough, self.spread)
             per_feature = feature_radius(centers, self.rough, self.spread, radius)
-            self._bounds = [_MARGIN * n_c * per_feature, None, _MARGIN * n_c * radius**2, None]
+            self._bounds = [_MARGIN * n_c * per_feature, None, None]
+            self._inertia_bound = _MARGIN * n_c * radius**2
         return self.adder.sum(
             fedkmeans_lloyd_statistics,
             tag=self.tag,
@@ -198,7 +200,7 @@ class ExactIteration:
 
     def new_centers(self, centers, total, survivors):
         """New centers, and whether no row changed cluster (then Lloyd has converged)."""
-        sums, counts, inertia, changed = total
+        sums, counts, changed = total
         filled = counts > 0
         new = centers.copy()
         new[filled] = centers[filled] + sums[filled] / counts[filled, None]
@@ -211,9 +213,9 @@ class ExactIteration:
                 new,
                 sums,
                 counts,
-                inertia,
                 survivors,
                 self._bounds,
+                self._inertia_bound,
             )
             # A relocated empty cluster holds rows again.
             filled = filled | np.any(new != centers, axis=1)
@@ -234,12 +236,11 @@ class FederatedKMeans(
 
     Every iteration the server sends the centers; each client assigns its
     rows to the nearest center and contributes, per cluster, the sum of the
-    rows' deviations from the center, their number and their squared
-    distances; a secure sum (:class:`~skfedclust.secure.SecureAggregator`)
-    gives the server the totals and nothing else, from which it computes the
-    new centers. Given the same initial centers the iterations are those of
-    :class:`sklearn.cluster.KMeans` (``algorithm="lloyd"``) on the pooled
-    rows, with the same stopping rule.
+    rows' deviations from the center and their number; a secure sum
+    (:class:`~skfedclust.secure.SecureAggregator`) gives the server the totals
+    and nothing else, from which it computes the new centers. Given the same
+    initial centers the iterations are those of :class:`sklearn.cluster.KMeans`
+    (``algorithm="lloyd"``) on the pooled rows, with the same stopping rule.
 
     Read more in the :ref:`User Guide <fedkmeans>`.
 
@@ -392,8 +393,9 @@ class FederatedKMeans(
     -----
     **What the server learns.** With secure aggregation: per iteration the
     number of rows of every cluster, the sum of their deviations from the
-    center and of their squared distances, and how many rows changed cluster,
-    all totals over the clients; once per fit the pooled mean and per-feature
+    center, and how many rows changed cluster, all totals over the clients
+    (in an iteration that left a cluster empty, also the clusters' sums of
+    squared distances); once per fit the pooled mean and per-feature
     variance, and two histograms of binary exponents (how many clients have
     their largest value, and their largest deviation from the mean, in each
     power-of-two range) that fix the public bounds of the fixed-point sums.
@@ -418,9 +420,10 @@ class FederatedKMeans(
     farthest from its center, which would send that row to the server. Here
     an empty cluster goes to the mean of the rows of the cluster with the
     largest inertia that lie farther from its center than its mean squared
-    distance, which leave that cluster (one more secure sum, only in the
-    iterations that have empty clusters; further empty clusters take the next
-    clusters by inertia). In an iteration with sampled or dropped clients an
+    distance, which leave that cluster (two more secure sums, the clusters'
+    inertia and the far rows' statistics, only in the iterations that have
+    empty clusters; further empty clusters take the next clusters by
+    inertia). In an iteration with sampled or dropped clients an
     empty cluster keeps its center. This private rule can differ from
     KMeans' (far rows on opposite sides average back to the donor's
     center); ``empty_clusters="farthest-row"`` applies scikit-learn's rule
@@ -778,9 +781,21 @@ class FederatedKMeans(
         iteration.finish()
         return centers, n_iter
 
-    def _relocate(self, runtime, adder, centers, new, sums, counts, inertia, clients, bounds):
+    def _relocate(self, runtime, adder, centers, new, sums, counts, clients, bounds, inertia_bound):
         if self.empty_clusters == "farthest-row":
             return self._relocate_to_farthest_rows(runtime, centers, sums, counts, clients)
+        # The clusters' inertia picks the donors: one more sum, only in an
+        # iteration that left a cluster empty (the Lloyd pass skips the squares).
+        runtime.stage("server step: empty cluster(s); client step: the clusters' inertia")
+        inertia, survivors = adder.sum(
+            fedkmeans_cluster_inertia,
+            tag="inertia of the clusters",
+            bounds=None if inertia_bound is None else [inertia_bound],
+            clients=clients,
+        )
+        if survivors != list(clients):
+            return new
+        inertia = np.asarray(inertia, dtype=np.float64)
         donors = _donors(counts, inertia)
         if not donors:
             return new

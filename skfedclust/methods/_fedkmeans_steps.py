@@ -32,6 +32,8 @@ _LABELS = "fedkmeans: labels"
 _FARTHEST = "fedkmeans: farthest rows"
 #: Key of a client's per-column least and greatest values (its own, kept).
 _COLUMN_RANGE = "fedkmeans: column range"
+#: Key of the centers a client labelled its rows by in its last Lloyd iteration.
+_LABELLED_BY = "fedkmeans: centers of the labels"
 
 
 def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clusters):
@@ -60,28 +62,48 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
 
     Each row goes to its nearest center among those the server sent. Sent:
     per cluster the sum of the rows' deviations from their center (so a
-    large common offset costs no precision), the number of rows and their
-    squared distances, and how many of the client's rows changed cluster
-    since its last iteration (all of them the first time).
+    large common offset costs no precision) and the number of rows, and how
+    many of the client's rows changed cluster since its last iteration (all
+    of them the first time). The clusters' squared distances are sent only
+    when the server asks for them (:func:`fedkmeans_cluster_inertia`), in an
+    iteration that left a cluster empty.
     """
     sampled = check_sampled(inbox, state, party)
     column_range = state.get(_COLUMN_RANGE)
     if column_range is None and data.shape[0]:
         column_range = (data.min(axis=0), data.max(axis=0))
-    labels, sums, counts, inertia, changed = lloyd_pass(
+    centers = np.asarray(inbox[TAG_CENTERS], dtype=np.float64)
+    labels, sums, counts, _, changed = lloyd_pass(
         data,
-        inbox[TAG_CENTERS],
+        centers,
         state.get(_LABELS),
         n_threads=party.n_threads,
         column_range=column_range,
+        inertia=False,
     )
     return Reply(
-        send=(sums, counts, inertia, np.array([changed], dtype=np.int64)),
-        keep={_LABELS: labels, _COLUMN_RANGE: column_range, **sampled},
+        send=(sums, counts, np.array([changed], dtype=np.int64)),
+        keep={_LABELS: labels, _COLUMN_RANGE: column_range, _LABELLED_BY: centers, **sampled},
         # In the clear, a center the server placed to catch one row gives it
         # that row back: the node's policy searches the means for its rows.
         reveals=lambda: cluster_means(inbox[TAG_CENTERS], sums, counts),
     )
+
+
+@summand
+def fedkmeans_cluster_inertia(data, inbox, state, party):
+    """Client step of the empty-cluster rule: per cluster, its rows' squared distances.
+
+    The squared distances of the client's rows to their centers of its last
+    Lloyd iteration (labels and centers it kept), added up per cluster. The
+    server asks for them only in an iteration that left a cluster empty, to
+    pick the donor clusters; they are a function of the rows and of that
+    iteration's centers alone, whatever the server sends now.
+    """
+    labels, centers = state[_LABELS], state[_LABELLED_BY]
+    deviations = data - centers[labels]
+    squared = np.einsum("ij,ij->i", deviations, deviations)
+    return Reply(send=np.bincount(labels, weights=squared, minlength=len(centers)))
 
 
 @summand
@@ -203,7 +225,7 @@ def dp_moments_exact(data, lower, upper):
 def dp_lloyd_exact(data, centers, lower, upper):
     """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise."""
     lower, upper = np.asarray(lower), np.asarray(upper)
-    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers)
+    _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers, inertia=False)
     # Deviations from the centers, moved to the midpoint: every row then adds
     # at most half the box's diagonal, whatever the centers.
     return sums + counts[:, None] * (centers - (lower + upper) / 2), counts
