@@ -14,6 +14,7 @@ from skfedclust.methods._centroid_steps import lloyd_deviations
 from skfedclust.methods._fedkmeans_steps import (
     TAG_CENTERS,
     TAG_RELOCATE,
+    fedkmeans_cluster_inertia,
     fedkmeans_far_rows,
     fedkmeans_largest_distances,
     fedkmeans_lloyd_statistics,
@@ -358,6 +359,30 @@ def test_a_sum_that_reads_nothing_is_one_statistic_whatever_sum_came_between():
     aggregator.sum(fedkmeans_lloyd_statistics, tag="between", bounds=[64.0, None, None])
     with pytest.raises(PermissionError, match="one-sum-per-input"):
         aggregator.sum(moments_raw, tag="all but 5", clients=[0, 1, 2, 3, 4], bounds=[64.0, None])
+
+
+def test_the_clusters_inertia_is_one_statistic_of_the_last_lloyd_iteration():
+    # The server may ask for the clusters' inertia whenever it likes, but a node
+    # computes it on the labels and centers of its last Lloyd iteration, not on
+    # anything the server sends now: asked again over five of six clients it
+    # would give the sixth client's inertia by difference, and is refused.
+    from skfedclust.secure import SecureAggregator
+
+    X, rows, runtime = _deployed(n_clients=6, clear_sums=False)
+    aggregator = SecureAggregator(runtime, seed=3)
+    centers = X[:2].copy()
+    runtime.broadcast(centers, tag=TAG_CENTERS)
+    aggregator.sum(fedkmeans_lloyd_statistics, tag="lloyd", bounds=[64.0, None, None])
+    inertia, _ = aggregator.sum(fedkmeans_cluster_inertia, tag="inertia", bounds=[512.0])
+    labels = np.argmin(((X[:, None, :] - centers[None]) ** 2).sum(axis=2), axis=1)
+    expected = np.bincount(labels, weights=((X - centers[labels]) ** 2).sum(axis=1))
+    np.testing.assert_allclose(inertia, expected, rtol=1e-9)
+    # Other centers sent now change nothing: the same statistic, refused over fewer.
+    runtime.broadcast(centers + 5.0, tag=TAG_CENTERS)
+    with pytest.raises(PermissionError, match="one-sum-per-input"):
+        aggregator.sum(
+            fedkmeans_cluster_inertia, tag="again", clients=[0, 1, 2, 3, 4], bounds=[512.0]
+        )
 
 
 def test_a_party_builds_the_lagrange_encoding_itself():
