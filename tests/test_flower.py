@@ -339,6 +339,13 @@ ESTIMATORS = {
     "Kumar": lambda: KumarFederatedKMeans(n_clusters=4, random_state=5),
     "GOLD": lambda: GOLDClustering(n_clusters=4, random_state=6),
     "FederatedKMeans": lambda: FederatedKMeans(n_clusters=4, random_state=7),
+    # A start with a center far from every row: its cluster is empty in the first
+    # iteration, and the nodes are asked for the clusters' inertia.
+    "FederatedKMeans-empty": lambda: FederatedKMeans(
+        n_clusters=5,
+        init=np.vstack([np.vstack(_clients())[:4], [[1e3, 1e3]]]),
+        random_state=7,
+    ),
 }
 
 
