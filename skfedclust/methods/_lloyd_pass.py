@@ -47,14 +47,13 @@ def _lloyd_pass_numpy(data, centers, previous, inertia=True):
     deviations = data - centers[labels]
     sums = _cluster_sums(deviations, labels, k)
     counts = np.bincount(labels, minlength=k).astype(np.int64)
+    squared = None
     if inertia:
-        inertia = np.bincount(
+        squared = np.bincount(
             labels, weights=np.einsum("ij,ij->i", deviations, deviations), minlength=k
         )
-    else:
-        inertia = None
     changed = data.shape[0] if previous is None else np.count_nonzero(previous != labels)
-    return labels, sums, counts, inertia, int(changed)
+    return labels, sums, counts, squared, int(changed)
 
 
 #: Rows scored per BLAS product in the compiled pass (scikit-learn's chunk):

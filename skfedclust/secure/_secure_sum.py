@@ -656,15 +656,15 @@ def _per_client_tags(step, public):
     return frozenset(tags)
 
 
-def _split_words(values):
-    """Field elements as (high, low) 64-bit words, in order."""
-    return [w for v in values for w in (int(v) >> 64, int(v) & (2**64 - 1))]
-
-
 def _words_of(values):
-    """:func:`_split_words` as an array: one conversion of the 128-bit big-endian bytes."""
+    """Field elements as (high, low) 64-bit words, in order: one conversion of their bytes."""
     raw = b"".join([int(v).to_bytes(16, "big") for v in values])
     return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+
+def _split_words(values):
+    """:func:`_words_of` as a list of Python ints."""
+    return _words_of(values).tolist()
 
 
 def _join_words(words):

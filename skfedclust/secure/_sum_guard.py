@@ -107,7 +107,7 @@ class OpenSum:
         """
         active = set(self.participants) if active is None else active
         graph = (self.graph_size, self.graph_degree, self.graph_seed)
-        return tuple(j for j in _neighbours_of(int(client), *graph) if j in active)
+        return _participating_neighbours(int(client), active, graph)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,9 +202,8 @@ def harary_neighbours_of(client, n_clients, degree, seed):
     return list(_neighbours_of(int(client), int(n_clients), int(degree), int(seed)))
 
 
-@functools.lru_cache(maxsize=4096)
-def _participating_neighbours(client, participants, graph):
-    active = set(participants)
+def _participating_neighbours(client, active, graph):
+    """``client``'s neighbours on the graph that are in ``active``, a set of participants."""
     return tuple(j for j in _neighbours_of(client, *graph) if j in active)
 
 
@@ -282,9 +281,7 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
     degree = int(graph["degree"])
     if not 0 < degree < n_roster:
         raise SumRefusal("well-formed", f"graph degree {degree} on {n_roster} clients")
-    mine = _participating_neighbours(
-        me, tuple(participants), (n_roster, degree, int(graph["seed"]))
-    )
+    mine = _participating_neighbours(me, set(participants), (n_roster, degree, int(graph["seed"])))
     floor = threshold_floor(len(mine), minimum)
     if int(threshold) < floor:
         raise SumRefusal(
