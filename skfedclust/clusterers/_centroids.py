@@ -14,6 +14,8 @@ them it would round their distances to one value.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from sklearn.utils.extmath import row_norms
 
@@ -37,16 +39,24 @@ def normalized_frame(centers, X=None):
         Largest absolute coordinate after subtracting ``reference`` (1 if 0).
     """
     centers = np.asarray(centers, dtype=np.float64)
-    reference = (centers.max(axis=0) + centers.min(axis=0)) / 2.0
-    if not np.isfinite(reference).all():
-        # The midpoint of two values near the float64 limit overflows; the
-        # halves do not.
-        reference = centers.max(axis=0) / 2.0 + centers.min(axis=0) / 2.0
+    reference = _midpoint(centers)
     spread = np.abs(centers - reference).max() if centers.size else 0.0
     if X is not None and X.size:
         spread = max(spread, np.abs(X - reference).max())
     scale = float(spread) if np.isfinite(spread) and spread > 0 else 1.0
     return reference, scale
+
+
+def _midpoint(centers):
+    """Midpoint of the centers' bounding box, per column."""
+    high, low = centers.max(axis=0), centers.min(axis=0)
+    with np.errstate(over="ignore"):
+        reference = (high + low) / 2.0
+    if not np.isfinite(reference).all():
+        # The midpoint of two values near the float64 limit overflows; the
+        # halves do not.
+        reference = high / 2.0 + low / 2.0
+    return reference
 
 
 def _normalize(X, reference, scale):
@@ -95,22 +105,27 @@ _BLOCK_ELEMENTS = 2**18
 
 def _power_of_two_exponent(extent):
     """Exponent ``e`` with ``2**(e-1) <= extent < 2**e`` (None for 0 or non-finite)."""
-    if not (np.isfinite(extent) and extent > 0):
+    extent = float(extent)
+    if not (math.isfinite(extent) and extent > 0):
         return None
-    return int(np.frexp(extent)[1])
+    return math.frexp(extent)[1]
 
 
 def _centered(X, reference):
     """``X - reference``, or its halves when the difference overflows.
 
-    Returns the difference and the exponent it was shifted by (0 or -1);
-    halving is exact for normal floats, so it changes no comparison.
+    Returns the difference, the exponent it was shifted by (0 or -1) and its
+    largest absolute value; halving is exact for normal floats, so it
+    changes no comparison.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         D = X - reference
-    if np.isfinite(D).all():
-        return D, 0
-    return X * 0.5 - reference * 0.5, -1
+        # NaN and inf propagate to the extent: one reduction checks both.
+        extent = np.abs(D).max() if D.size else 0.0
+        if np.isfinite(extent):
+            return D, 0, extent
+        D = X * 0.5 - reference * 0.5
+        return D, -1, np.abs(D).max()
 
 
 def nearest_center(X, centers):
@@ -151,18 +166,19 @@ def nearest_center(X, centers):
     labels = np.zeros(X.shape[0], dtype=np.intp)
     if X.shape[0] == 0 or centers.shape[0] < 2:
         return labels
-    reference, _ = normalized_frame(centers)
-    C, c_shift = _centered(centers, reference)
-    center_exponent = _power_of_two_exponent(np.abs(C).max())
+    reference = _midpoint(centers)
+    C, c_shift, center_extent = _centered(centers, reference)
+    center_exponent = _power_of_two_exponent(center_extent)
     block = max(1, _BLOCK_ELEMENTS // max(X.shape[1], centers.shape[0], 1))
     for start in range(0, X.shape[0], block):
-        D, shift = _centered(X[start : start + block], reference)
+        D, shift, row_extent = _centered(X[start : start + block], reference)
         Cb = C
         if shift > c_shift:
             D = D * 0.5
+            row_extent = row_extent * 0.5
         elif shift < c_shift:
             Cb = C * 0.5
-        exponents = [center_exponent, _power_of_two_exponent(np.abs(D).max())]
+        exponents = [center_exponent, _power_of_two_exponent(row_extent)]
         if exponents[1] is not None:
             exponents[1] -= _ROW_HEADROOM_EXPONENT
         exponent = max((e for e in exponents if e is not None), default=0)
@@ -171,7 +187,8 @@ def nearest_center(X, centers):
         Dn, Cn = D * factor, Cb * factor
         scores = Dn @ Cn.T
         scores *= -2.0
-        scores += row_norms(Cn, squared=True)[None, :]
+        # row_norms(Cn, squared=True), without its input checks.
+        scores += np.einsum("ij,ij->i", Cn, Cn)[None, :]
         labels[start : start + block] = np.argmin(scores, axis=1)
     return labels
 

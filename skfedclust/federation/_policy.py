@@ -565,6 +565,9 @@ class NodePolicy:
             return
         if self.dp_epsilon is not None and not charged:
             self._check_only_private_floats(to_server, to_peers, step)
+        if self.min_rows_per_vector is None and not self.refuse_raw_rows:
+            # Neither rule is on (a simulated party): nothing below can refuse.
+            return
         name, declared = _step_declaration(step)
         if declared is not None and not self.strict_rows:
             return

@@ -667,17 +667,13 @@ def _split_words(values):
     return _words_of(values).tolist()
 
 
-def _join_words(words):
-    """The field elements of (high, low) 64-bit words (inverse of :func:`_split_words`)."""
-    raw = np.asarray(words, dtype=np.uint64).astype(">u8").tobytes()
-    return [int.from_bytes(raw[i : i + 16], "big") for i in range(0, len(raw), 16)]
-
-
 def _received_shares(current, inbox):
-    """The shares of this sum that neighbours sent this node: {neighbour: row}.
+    """The shares of this sum that neighbours sent this node: {neighbour: (x, words)}.
 
-    A row is ``(x, self-mask share, share of the pair key with each of the
-    neighbour's participating neighbours in order)``.
+    ``words`` are the (high, low) 64-bit words of the self-mask share and of
+    the share of the pair key with each of the neighbour's participating
+    neighbours, in order, as sent: a sum without dropouts reveals the
+    self-mask share's words alone, and joins none of them into field elements.
     """
     shares = dict(current.shares)
     active = set(current.participants)
@@ -691,7 +687,7 @@ def _received_shares(current, inbox):
                 f"client {j}'s share holds {share.size} words, not the {expected} of a "
                 "self-mask share and its pair keys' shares"
             )
-        shares[int(j)] = (int(share[1]), *_join_words(share[2:]))
+        shares[int(j)] = (int(share[1]), tuple(share[2:].tolist()))
     return shares
 
 
@@ -776,15 +772,15 @@ def secure_sum_unmask_step(data, inbox, state, party):
     active = set(current.participants)
     for j in current.neighbours:
         if j in survivors and j in shares:
-            x, b_share, *pair_shares = shares[j]
-            b_shares.append([j, x, *_split_words([b_share])])
+            x, words = shares[j]
+            b_shares.append([j, x, *words[:2]])
             if not dropped:
                 continue
             # The surviving neighbour's pair keys with the dropped clients only,
             # as it reveals them itself: the sum completes without it.
-            for d, share in zip(current.neighbours_of(j, active), pair_shares):
+            for k, d in enumerate(current.neighbours_of(j, active), start=1):
                 if d in dropped:
-                    key_shares.append([j, d, x, *_split_words([share])])
+                    key_shares.append([j, d, x, *words[2 * k : 2 * k + 2]])
         elif j in dropped:
             if j in shares:
                 raise SumRefusal(
