@@ -237,7 +237,9 @@ class Party:
         if self._secret is None:
             from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-            entropy = np.random.SeedSequence(self._entropy).entropy
+            entropy = self._entropy
+            if entropy is None:
+                entropy = np.random.SeedSequence().entropy  # the operating system's
             material = f"secret|{entropy}|{self.index}|{self._stream}".encode()
             key = hashlib.sha256(material).digest()
             self._secret = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
