@@ -105,8 +105,12 @@ class OpenSum:
         ``active`` is the set of the participants, for callers that ask for many
         clients' neighbours (building it is linear in the participants).
         """
-        active = set(self.participants) if active is None else active
         graph = (self.graph_size, self.graph_degree, self.graph_seed)
+        if len(self.participants) == self.graph_size:
+            # Every client of the graph takes part (the participants are distinct
+            # clients of the graph, checked before the upload): all its neighbours.
+            return _neighbours_of(int(client), *graph)
+        active = set(self.participants) if active is None else active
         return _participating_neighbours(int(client), active, graph)
 
 
