@@ -275,7 +275,12 @@ def _entry_shifts(shift, shape):
     shift = np.asarray(shift, dtype=np.int64)
     if shift.ndim == 0:
         return np.full(size, int(shift), dtype=np.int64)
-    return np.broadcast_to(shift, shape).ravel() if len(shape) else shift.ravel()
+    if not len(shape):
+        return shift.ravel()
+    # np.broadcast_to's result, ravelled: an assignment broadcasts in one call.
+    entries = np.empty(shape, dtype=np.int64)
+    entries[...] = shift
+    return entries.ravel()
 
 
 # --------------------------------------------------------------------------- #
