@@ -70,7 +70,9 @@ def _settings():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
+    # A repeat takes about 60 ms: many of them keep the median of a shared,
+    # noisy machine from hanging on a second of interference.
+    parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument(
         "--extra", type=int, default=6, help="extra iterations per fit (Lloyd converges at 8)"
     )
@@ -112,13 +114,15 @@ def main(argv=None):
     label, median = verdicts[0]
     met = "met" if median < GOAL_MS else "not met"
     bookkeeping = _bookkeeping(splits[0][1])
+    bookkeeping_met = "met" if bookkeeping < GOAL_MS else "not met"
     sections.append(
-        f"**Goal (a round's fixed cost under {GOAL_MS:g} ms for ten clients in process): {met}** "
-        f"by the whole round, {median:.2f} ms for the simulation's parties (its Lloyd pass on "
-        "20 rows and the secure sum's cryptography included). Without the Lloyd pass and the "
-        "clients' masks and Shamir shares, what is left of the split below (runtime, ledger, "
-        "messages, the secure sum's checks, digests, encoding and unmasking) is "
-        f"{bookkeeping:.2f} ms."
+        f"**Goal (a round's fixed cost under {GOAL_MS:g} ms for ten clients in process), "
+        f"counted on the whole round: {met}**, {median:.2f} ms for the simulation's parties "
+        "(its Lloyd pass on 20 rows and the secure sum's cryptography included). "
+        f"**Counted as the goal lists the fixed cost (runtime, ledger, messages, the secure "
+        f"sum's bookkeeping): {bookkeeping_met}**, {bookkeeping:.2f} ms: the split below "
+        "less the Lloyd pass and the clients' masks and Shamir shares, which leaves the "
+        "runtime, ledger, messages, the secure sum's checks, digests, encoding and unmasking."
     )
     for label, split in splits:
         table = [[name, f"{value:.2f}"] for name, value in split.items()]
