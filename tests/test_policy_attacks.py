@@ -62,6 +62,30 @@ def test_as_many_clusters_as_a_nodes_rows_is_refused(Estimator, params):
         Estimator(**params).fit(clients)
 
 
+@pytest.mark.parametrize(
+    ("rule", "fields"),
+    [
+        ("min-rows-per-vector", {"refuse_raw_rows": False}),
+        ("refuse-raw-rows", {"min_rows_per_vector": None}),
+    ],
+)
+def test_each_harvest_rule_refuses_on_its_own(rule, fields):
+    # A node with one of the two rules off still enforces the other: a policy
+    # checks nothing per array only when both are off (a simulated party).
+    _, clients = _clients()
+    with (
+        deployed(allow_clear_sums=True, **fields),
+        pytest.raises(PermissionError, match=rule),
+    ):
+        KFed(n_clusters=6, random_state=0).fit(clients)
+
+
+def test_a_policy_without_harvest_rules_lets_the_same_fit_through():
+    _, clients = _clients()
+    with deployed(allow_clear_sums=True, refuse_raw_rows=False, min_rows_per_vector=None):
+        assert KFed(n_clusters=6, random_state=0).fit(clients).labels_.shape == (24,)
+
+
 @pytest.mark.parametrize(("Estimator", "params"), HARVESTS[:2] + HARVESTS[-1:])
 def test_the_same_fit_with_few_clusters_is_accepted(Estimator, params):
     X, clients = _clients(n_per_client=40)
