@@ -105,12 +105,8 @@ class OpenSum:
         ``active`` is the set of the participants, for callers that ask for many
         clients' neighbours (building it is linear in the participants).
         """
-        graph = (self.graph_size, self.graph_degree, self.graph_seed)
-        if len(self.participants) == self.graph_size:
-            # Every client of the graph takes part (the participants are distinct
-            # clients of the graph, checked before the upload): all its neighbours.
-            return _neighbours_of(int(client), *graph)
         active = set(self.participants) if active is None else active
+        graph = (self.graph_size, self.graph_degree, self.graph_seed)
         return _participating_neighbours(int(client), active, graph)
 
 
@@ -207,7 +203,13 @@ def harary_neighbours_of(client, n_clients, degree, seed):
 
 
 def _participating_neighbours(client, active, graph):
-    """``client``'s neighbours on the graph that are in ``active``, a set of participants."""
+    """``client``'s neighbours on the graph that are in ``active``, a set of participants.
+
+    The participants are distinct clients of the graph (checked before the
+    upload): as many of them as the graph has clients is every client.
+    """
+    if len(active) == graph[0]:
+        return _neighbours_of(client, *graph)
     return tuple(j for j in _neighbours_of(client, *graph) if j in active)
 
 
