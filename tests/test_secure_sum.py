@@ -432,3 +432,13 @@ def test_a_bound_so_loose_that_every_value_rounds_to_zero_is_refused():
         warnings.simplefilter("error")
         (sums, _), _ = aggregator.sum(moments_raw, tag="tight", bounds=[4.0, None])
     assert sums[0] == 6.0
+
+
+def test_per_feature_shifts_encode_each_column_at_its_own_scale():
+    # A per-entry shift covers the last axis and repeats over the rows: the
+    # fixed-point value of entry (i, j) is rint(x[i, j] * 2**shift[j]).
+    values = np.array([[1.25, -3.5], [0.5, 2.0], [-7.0, 0.125]])
+    arrays, spec = _structure(values)
+    encoded = _encode(arrays, spec, [[1, 4]], n_clients=3, who="client 0")
+    expected = np.rint(values * np.array([2.0**1, 2.0**4])).astype(np.int64).ravel()
+    np.testing.assert_array_equal(encoded.view(np.int64), expected)
