@@ -222,7 +222,7 @@ _UNTESTED = [
     "methods/_omnifc_cluster.py",
     "partition.py",
     "preprocessing.py",
-    "secure/_accounting.py",
+    "node/_accounting.py",
     "secure/_field.py",
     "secure/_lcc.py",
     "secure/_lcc_sinks.py",

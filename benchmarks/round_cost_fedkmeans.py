@@ -32,7 +32,7 @@ from speed_fedkmeans import CRYPTO_MASKS, CRYPTO_SHARES, D, K, breakdown
 
 from skfedclust import FederatedKMeans
 from skfedclust.federation import InProcessRuntime, use_runtime
-from skfedclust.federation._policy import NodePolicy
+from skfedclust.node._policy import NodePolicy
 
 N_CLIENTS, ROWS_PER_CLIENT = 10, 20
 #: The goal: a round's fixed cost under this many milliseconds.

@@ -21,10 +21,10 @@ import pytest
 
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime, use_runtime
-from skfedclust.federation._policy import NodePolicy
 from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_lloyd_statistics
+from skfedclust.node._policy import NodePolicy
+from skfedclust.node._sum_guard import SumRefusal
 from skfedclust.secure import SecureAggregator
-from skfedclust.secure._sum_guard import SumRefusal
 
 N_CLIENTS, N_PER, D = 6, 20, 3
 FAR = 100.0  # distance of both centers from the splitting plane

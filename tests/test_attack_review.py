@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from skfedclust.federation import Federation, InProcessRuntime
-from skfedclust.federation._policy import NodePolicy
 from skfedclust.federation._runtime import client_step_name, resolve_client_step
 from skfedclust.methods._centroid_steps import lloyd_deviations
 from skfedclust.methods._fedkmeans_steps import (
@@ -22,6 +21,7 @@ from skfedclust.methods._fedkmeans_steps import (
 )
 from skfedclust.methods._fedsc_steps import fedsc_rows
 from skfedclust.metrics import cluster_moments_bound_step
+from skfedclust.node._policy import NodePolicy
 
 
 def _deployed(n_per_client=20, n_clients=4, d=3, seed=0, clear_sums=True):
@@ -185,7 +185,7 @@ def test_a_node_agreed_to_another_method_refuses_federated_kmeans_row_level_step
 # --------------------------------------------------------------------------- #
 def _deployed_nodes(n_clients=4, n_per=20, d=3, seed=0):
     from skfedclust.federation import Federation, InProcessRuntime
-    from skfedclust.federation._policy import NodePolicy
+    from skfedclust.node._policy import NodePolicy
 
     X = np.random.default_rng(seed).uniform(-1, 1, size=(n_per * n_clients, d))
     rows = [np.arange(n_per * c, n_per * (c + 1)) for c in range(n_clients)]

@@ -17,11 +17,12 @@ from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime, Party, use_runtime
-from skfedclust.federation._policy import NodePolicy
 from skfedclust.methods._fedkmeans_dp import DPPlan
 from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_dp_lloyd_statistics
+from skfedclust.node._dp import NODE_ACCOUNTANT, private_normal
+from skfedclust.node._policy import NodePolicy
+from skfedclust.node._sum_guard import SumRefusal
 from skfedclust.secure import SecureAggregator
-from skfedclust.secure._node_dp import NODE_ACCOUNTANT, private_normal
 from skfedclust.secure._secure_sum import (
     TAG_ATTEST,
     TAG_SURVIVORS,
@@ -29,7 +30,6 @@ from skfedclust.secure._secure_sum import (
     secure_sum_attest_step,
     secure_sum_upload_step,
 )
-from skfedclust.secure._sum_guard import SumRefusal
 
 BOX = (-12.0, 14.0)
 

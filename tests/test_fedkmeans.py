@@ -649,7 +649,7 @@ def test_farthest_row_relocation_equals_kmeans_from_the_same_start():
 
 
 def test_a_default_node_refuses_to_send_its_farthest_row():
-    from skfedclust.federation._policy import NodePolicy
+    from skfedclust.node._policy import NodePolicy
 
     X = np.array([[0, 0], [0.5, 0], [0.5, 1], [1, 1]] * 3, dtype=float)
     init = np.array([[0.5, 0.5], [3, 3]])

@@ -14,9 +14,9 @@ from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans, KFed
 from skfedclust.federation import InProcessRuntime, use_runtime
-from skfedclust.federation._node_ledger import NodeLedger, data_fingerprint
-from skfedclust.federation._policy import NodePolicy
-from skfedclust.secure._sum_guard import SumRefusal
+from skfedclust.node._ledger import NodeLedger, data_fingerprint
+from skfedclust.node._policy import NodePolicy
+from skfedclust.node._sum_guard import SumRefusal
 
 BOX = (-12.0, 14.0)
 

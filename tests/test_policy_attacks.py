@@ -23,7 +23,7 @@ from skfedclust import (
     MAvg,
 )
 from skfedclust.federation import InProcessRuntime, Reply, use_runtime
-from skfedclust.federation._policy import NodePolicy, raw_row_matches
+from skfedclust.node._policy import NodePolicy, raw_row_matches
 
 
 def deployed(**fields):

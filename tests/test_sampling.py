@@ -11,8 +11,8 @@ import pytest
 
 from skfedclust import FederatedKMeans
 from skfedclust.federation import Federation, InProcessRuntime
-from skfedclust.federation._policy import NodePolicy
 from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_lloyd_statistics
+from skfedclust.node._policy import NodePolicy
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._sampling import (
     TAG_COMMITS,

@@ -119,7 +119,7 @@ def test_a_release_without_noise_to_speak_of_is_refused(sensitivity, sigma):
 
 
 def test_the_largest_epsilon_still_calibrates():
-    from skfedclust.secure._accounting import MAX_EPSILON
+    from skfedclust.node._accounting import MAX_EPSILON
 
     sigma = gaussian_sigma(1.0, MAX_EPSILON, 1e-5)
     assert 0 < sigma < 1e-3

@@ -14,6 +14,7 @@ import pytest
 
 from skfedclust.federation import Federation, Party, Reply
 from skfedclust.federation._runtime import client_step_name
+from skfedclust.node._sum_guard import SumRefusal, harary_neighbours_of
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._moments import moments_deviations, moments_rows
 from skfedclust.secure._secure_sum import (
@@ -29,7 +30,6 @@ from skfedclust.secure._secure_sum import (
     secure_sum_upload_step,
 )
 from skfedclust.secure._sum_bounds import agree_bound
-from skfedclust.secure._sum_guard import SumRefusal, harary_neighbours_of
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
 
@@ -124,7 +124,7 @@ def test_a_sum_of_one_or_two_clients_is_refused(participants):
 
 
 def test_a_node_with_a_stricter_policy_refuses_a_sum_below_its_own_minimum():
-    from skfedclust.federation._policy import NodePolicy
+    from skfedclust.node._policy import NodePolicy
 
     _, _, runtime = _runtime()
 
@@ -450,8 +450,8 @@ def test_bound_agreements_for_centers_moved_along_a_line_are_refused_past_the_li
     # farthest row. A node answers max-bound-queries (8) distinct ones per step
     # and fit; repeats of the same inputs are free.
     from skfedclust.federation import InProcessRuntime
-    from skfedclust.federation._policy import NodePolicy
     from skfedclust.methods._fedkmeans import fedkmeans_nearest_distances
+    from skfedclust.node._policy import NodePolicy
     from skfedclust.secure import agree_bound
 
     X = np.random.RandomState(0).normal(size=(60, 2))

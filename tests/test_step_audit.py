@@ -178,7 +178,7 @@ def test_a_node_that_allows_a_method_runs_every_step_of_it(steps):
     """A method's steps may live in modules of their own (``_client_step_modules``): a node
     whose policy allows the method runs all of them, and a node that allows another method
     none of them."""
-    from skfedclust.federation._policy import NodePolicy
+    from skfedclust.node._policy import NodePolicy
 
     methods = sorted({step.method for step in steps} - {SHARED})
     for step in steps:

@@ -13,11 +13,11 @@ import pytest
 from test_secure_sum_attacks import Coordinator, refused
 
 from skfedclust.federation import Federation, InProcessRuntime
-from skfedclust.federation._node_ledger import NodeLedger
-from skfedclust.federation._policy import NodePolicy, default_ledger_directory
+from skfedclust.node._ledger import NodeLedger
+from skfedclust.node._policy import NodePolicy, default_ledger_directory
+from skfedclust.node._sum_guard import SumRefusal
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._moments import moments_raw
-from skfedclust.secure._sum_guard import SumRefusal
 
 EVERYONE = list(range(6))
 

@@ -10,6 +10,16 @@ implements (:class:`InProcessRuntime` here, the Flower runtime in
 See the user guide's "Writing a method" page.
 """
 
+from ..node._declarations import (
+    bound_only,
+    data_independent,
+    dp_release,
+    on_private_rows,
+    releases_rows,
+    sum_only,
+    summand,
+    summary,
+)
 from ._federation import Federation
 from ._inputs import (
     DEFAULT_N_CLIENTS,
@@ -27,17 +37,13 @@ from ._runtime import (
     Reply,
     Runtime,
     Session,
-    bound_only,
     current_runtime_factory,
     logger,
     per_client_inputs,
     private_entropy,
     progress,
     reads,
-    releases_rows,
     side_by_side,
-    sum_only,
-    summand,
     use_runtime,
 )
 
@@ -56,6 +62,10 @@ __all__ = [
     "Runtime",
     "Session",
     "bound_only",
+    "data_independent",
+    "dp_release",
+    "on_private_rows",
+    "summary",
     "sum_only",
     "summand",
     "build_federation",

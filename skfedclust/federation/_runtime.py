@@ -54,8 +54,9 @@ from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import ThreadpoolController
 
+from ..node._declarations import bound_only, releases_rows, sum_only, summand  # noqa: F401
+from ..node._policy import charged_to_node
 from ._ledger import SERVER, Ledger
-from ._policy import charged_to_node
 
 __all__ = [
     "Inbox",
@@ -211,7 +212,7 @@ class Party:
         ledger=None,
         identities=None,
     ):
-        from ._policy import NodePolicy
+        from ..node._policy import NodePolicy
 
         self.ledger = ledger
         self.identities = None if identities is None else tuple(identities)
@@ -397,41 +398,6 @@ def client_step_name(step, allowed_modules=None):
 _ROLES = ("top", "summand", "bound")
 
 
-def bound_only(step):
-    """Mark a client step that may run only inside a bound agreement.
-
-    Such a step sends row-level values (the rows themselves, their deviations
-    from a mean) that a bound agreement reduces to a histogram of binary
-    orders before anything leaves the node. A node refuses to run it on its
-    own or as the vector of a secure sum, whatever the coordinator asks.
-    """
-    step.__skfedclust_bound_only__ = True
-    return step
-
-
-def summand(step):
-    """Mark a client step whose message is one client's statistic, made to be added.
-
-    Its vector goes into a secure sum, where the server learns the total
-    only. Run on its own, the same step hands the server that one client's
-    statistic in the clear: a node does so only where its policy allows clear
-    sums (``allow-clear-sums``, the estimators' ``secure_aggregation=False``).
-    """
-    step.__skfedclust_summand__ = True
-    return step
-
-
-def sum_only(step):
-    """Mark a client step that may run only inside a secure sum (as its vector or its bound).
-
-    Such a step sends per-client values that only their total may reveal (a
-    histogram of binary orders, per-cluster sums of distances): a node refuses
-    to run it on its own, whatever the coordinator asks.
-    """
-    step.__skfedclust_sum_only__ = True
-    return step
-
-
 def side_by_side(step):
     """Mark a client step whose work is one sequential thread that releases the GIL.
 
@@ -504,24 +470,6 @@ def reads(*tags):
 def step_reads(step):
     """The tags a step takes from its inbox (``None``: every message waiting)."""
     return getattr(step, "__skfedclust_reads__", None)
-
-
-def releases_rows(reason):
-    """Declare a client step whose method releases row-level values by design.
-
-    DC's intermediate representations (every row through the party's private
-    map) and FFCM's k-means++ seeds (rows of the seed client) are what their
-    papers send. A node's default policy does not count such a step's vectors
-    or look for its rows in them (it would refuse the method itself); a node
-    whose policy sets ``refuse-raw-rows = strict`` refuses them, and the
-    Security page lists every such step with ``reason``.
-    """
-
-    def mark(step):
-        step.__skfedclust_releases_rows__ = str(reason)
-        return step
-
-    return mark
 
 
 @functools.lru_cache(maxsize=1024)
@@ -855,7 +803,7 @@ class InProcessRuntime(Runtime):
         session=None,
         policy=None,
     ):
-        from ._policy import NodePolicy
+        from ..node._policy import NodePolicy
 
         self.policy = NodePolicy.simulation() if policy is None else policy
         self._federation = federation
@@ -944,7 +892,7 @@ class InProcessRuntime(Runtime):
         data sets in another order is the same nodes in other slots.
         """
         if self._slot_identities is None:
-            from ._node_ledger import data_fingerprint
+            from ..node._ledger import data_fingerprint
 
             self._slot_identities = tuple(
                 data_fingerprint(self._data(c)) if c < self.n_clients else f"party {c}"

@@ -26,7 +26,6 @@ import numpy as np
 from .. import __version__
 from ..federation import payload_nbytes
 from ..federation._inputs import _feature_names, check_client_array
-from ..federation._policy import charged_to_node
 from ..federation._runtime import (
     Inbox,
     Party,
@@ -35,6 +34,7 @@ from ..federation._runtime import (
     allowed_step_modules,
     threads_per_step,
 )
+from ..node._policy import charged_to_node
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy, method_step_modules
@@ -419,7 +419,7 @@ def _node_ledger(policy, record, session):
     """The node's privacy ledger for this fit, from the fingerprint its handshake took."""
     if policy.privacy_ledger is None or "ledger" not in record:
         return None
-    from ..federation._node_ledger import NodeLedger
+    from ..node._ledger import NodeLedger
 
     return NodeLedger(policy.privacy_ledger, record["ledger"], session, max_fits=policy.max_fits)
 
@@ -900,7 +900,7 @@ def make_client_app(
       sealed messages then resist a passive server only.
     * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``,
       ``min-sum-participants``: the node's policy (``NodePolicy`` of
-      ``skfedclust.federation._policy``), checked before it
+      ``skfedclust.node._policy``), checked before it
       answers any request and, through its :class:`~skfedclust.federation.Party`,
       inside the client steps (a secure sum's minimum of participants). Its
       handshake tells the server a summary of it (with whether the node has

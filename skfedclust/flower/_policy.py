@@ -1,5 +1,5 @@
-"""A node's policy: see :mod:`skfedclust.federation._policy` (kept here for old imports)."""
+"""A node's policy: see :mod:`skfedclust.node._policy` (kept here for old imports)."""
 
-from ..federation._policy import NodePolicy, method_step_modules
+from ..node._policy import NodePolicy, method_step_modules
 
 __all__ = ["NodePolicy", "method_step_modules"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..clusterers import nearest_center
 from ..federation import Reply, bound_only, summand
-from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
 #: Binary orders per range of the histogram that bounds the clients' inertias:

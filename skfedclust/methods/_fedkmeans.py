@@ -23,9 +23,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import squared_distances
 from ..federation import Federation, InProcessRuntime
 from ..federation._inputs import float32_input, input_form
-from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS
+from ..node._accounting import MAX_EPSILON
+from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SumChannel
-from ..secure._accounting import MAX_EPSILON
 from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ..secure._sampling import (
     TAG_COMMITS,

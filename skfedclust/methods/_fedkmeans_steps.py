@@ -18,7 +18,7 @@ import numpy as np
 
 from ..clusterers import nearest_center, squared_distances
 from ..federation import Reply, bound_only, summand
-from ..secure._node_dp import charge_node, private_normal
+from ..node._dp import charge_node, private_normal
 from ..secure._sampling import check_sampled
 from ._centroid_steps import cluster_means
 from ._lloyd_pass import lloyd_pass

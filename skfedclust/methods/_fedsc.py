@@ -27,8 +27,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..clusterers._njw import knn_kernel_graph, n_neighbors_auto, njw_spectral_clustering
+from ..node._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..partition import IIDPartition
-from ..secure._accounting import MAX_EPSILON, NEIGHBOURING_RELATIONS, PrivacyAccountant
 from ..secure._dp import (
     data_noise_scale,
     factor_noise_scales,

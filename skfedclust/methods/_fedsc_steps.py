@@ -13,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Reply, bound_only, summand
-from ..federation._policy import PRIVATE_ROWS, on_private_rows
+from ..node._declarations import on_private_rows
+from ..node._dp import charge_node, private_normal
+from ..node._policy import PRIVATE_ROWS
+from ..node._sum_guard import SumRefusal
 from ..secure._dp import clip_rows, coef_sensitivity, dictionary_sensitivity, relative_noise_scale
-from ..secure._node_dp import charge_node, private_normal
-from ..secure._sum_guard import SumRefusal
 from ._fedsc_core import (
     MAX_SAMPLES,
     client_update,
@@ -54,7 +55,7 @@ def _perturb(matrix, noise, party, what):
     (rows clipped to ``clip_norm`` unless it is None, then ``N(0, sigma**2)``)
     or ``("ratio", alpha)`` (``N(0, (alpha std(matrix))**2)``, the paper's
     experiments). The noise comes from the party's cryptographic generator
-    (:func:`~skfedclust.secure._node_dp.private_normal`, ChaCha20 keyed by the
+    (:func:`~skfedclust.node._dp.private_normal`, ChaCha20 keyed by the
     node's entropy), which the server cannot replay.
     """
     if noise is None:

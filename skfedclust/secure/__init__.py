@@ -21,7 +21,7 @@ sensitivities and noise scales of FedSC with perturbed data or factors
 :func:`relative_noise_scale`).
 """
 
-from ._accounting import (
+from ..node._accounting import (
     NEIGHBOURING_RELATIONS,
     BudgetError,
     PrivacyAccountant,

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._accounting import gaussian_sigma
+from ..node._accounting import gaussian_sigma
 
 __all__ = [
     "FactorNoiseScales",

@@ -68,11 +68,10 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
-from ..federation._policy import DEFAULT_MIN_SUM_PARTICIPANTS, charged_to_node
 from ..federation._runtime import Inbox, reads
-from ._node_dp import MIN_SURVIVORS
-from ._sampling import SAMPLED_PARTICIPANTS
-from ._sum_guard import (
+from ..node._dp import MIN_SURVIVORS
+from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, charged_to_node
+from ..node._sum_guard import (
     RECORD,
     OpenSum,
     SumRefusal,
@@ -88,6 +87,7 @@ from ._sum_guard import (
     server_messages,
     threshold_floor,
 )
+from ._sampling import SAMPLED_PARTICIPANTS
 
 __all__ = [
     "MERSENNE_127",
@@ -481,7 +481,7 @@ def secure_sum_upload_step(
     ``inner`` names a client step (``module:function``) whose ``send`` is the
     vector (an array, or a tuple of arrays) to add up; what it keeps and
     outputs is kept and output as usual. Before anything is computed the node
-    checks the request against its rules (:mod:`skfedclust.secure._sum_guard`):
+    checks the request against its rules (:mod:`skfedclust.node._sum_guard`):
     enough participants, its own neighbours and threshold floor derived from
     the graph's public parameters, a fresh sum id, a statistic it has not
     added before.

@@ -17,8 +17,8 @@ import numbers
 import numpy as np
 
 from ..federation import Reply
-from ..federation._runtime import sum_only
-from ._sum_guard import SumRefusal, public_digest
+from ..node._declarations import sum_only
+from ..node._sum_guard import SumRefusal, public_digest
 
 __all__ = ["agree_bound", "agree_column_bounds"]
 

@@ -5,7 +5,7 @@ inbox, state, party`` (what
 :func:`~skfedclust.federation.resolve_client_step` accepts): the only code a
 node runs on a coordinator's request. Its declarations say which of a node's
 rules apply to what it sends (:meth:`NodePolicy.check_outgoing
-<skfedclust.federation._policy.NodePolicy.check_outgoing>`):
+<skfedclust.node._policy.NodePolicy.check_outgoing>`):
 
 * :func:`~skfedclust.federation.bound_only`: it runs only inside a bound
   agreement, which sends the binary order of its largest entry, never its

@@ -28,8 +28,8 @@ import numbers
 
 import numpy as np
 
-from ..federation._policy import NODE_ACCOUNTANT
 from ._accounting import BudgetError, PrivacyAccountant, Release
+from ._policy import NODE_ACCOUNTANT
 from ._sum_guard import SumRefusal
 
 __all__ = ["MIN_SURVIVORS", "NODE_ACCOUNTANT", "charge_node", "private_normal"]

@@ -99,6 +99,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ._declarations import on_private_rows
+from ._refusal import NodeRefusal
+
 __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "NODE_ACCOUNTANT",
@@ -142,20 +145,6 @@ def charged_to_node(reply, step=None, state=None):
         return True
     declared = getattr(step, "__skfedclust_on_private_rows__", False)
     return bool(declared) and state is not None and state.get(PRIVATE_ROWS) is True
-
-
-def on_private_rows(step):
-    """Mark a client step that computes only on the rows its node privatised.
-
-    Under input perturbation a step makes a noisy copy of its node's rows,
-    charged to the node's own accountant, and every later step computes on
-    that copy: its messages are post-processing of a release already paid
-    for. A node with a budget (``dp-epsilon``) sends no float value that is
-    not charged (rule ``dp-only``), except from a step so declared while it
-    holds such a copy.
-    """
-    step.__skfedclust_on_private_rows__ = True
-    return step
 
 
 #: Modules whose client steps serve several methods (labelling by nearest
@@ -391,7 +380,7 @@ class NodePolicy:
             )
         self.raw_row_tolerance = tolerance
         self.dc_full_rank_maps = bool(dc_full_rank_maps)
-        from ..secure._accounting import _check, check_epsilon
+        from ._accounting import _check, check_epsilon
 
         self.dp_epsilon = None if dp_epsilon is None else check_epsilon(dp_epsilon, "dp-epsilon")
         self.dp_delta = _check(dp_delta, "dp-delta", high=1.0, strict_high=True)
@@ -479,7 +468,7 @@ class NodePolicy:
         directory = self.privacy_ledger
         if directory is None or data is None:
             return None
-        from ._node_ledger import NodeLedger, data_fingerprint
+        from ._ledger import NodeLedger, data_fingerprint
 
         if fingerprint is None:
             fingerprint = data_fingerprint(data)
@@ -488,9 +477,10 @@ class NodePolicy:
     def check_method(self, method):
         """Refuse a fit of ``method`` (an estimator class name) that the policy does not allow."""
         if self.allowed_methods is not None and method not in self.allowed_methods:
-            raise PermissionError(
+            raise NodeRefusal(
+                "allowed-methods",
                 f"this node's policy allows the methods {', '.join(self.allowed_methods)}; "
-                f"it does not take part in a fit of {method}"
+                f"it does not take part in a fit of {method}",
             )
 
     def check_step(self, step_name, method=None):
@@ -508,26 +498,29 @@ class NodePolicy:
         if method is not None and _within(module, ("skfedclust",)):
             agreed = method_step_modules(method)
             if not _within(module, agreed):
-                raise PermissionError(
+                raise NodeRefusal(
+                    "agreed-method",
                     f"this node agreed to a fit of {method}; step {step_name} belongs to "
-                    f"another method (a fit of {method} runs steps of {', '.join(agreed)})"
+                    f"another method (a fit of {method} runs steps of {', '.join(agreed)})",
                 )
         if self._modules is None:
             return
         if module in self._modules or _within(module, SHARED_STEP_MODULES):
             return
-        raise PermissionError(
+        raise NodeRefusal(
+            "allowed-methods",
             f"this node's policy allows the methods {', '.join(self.allowed_methods)}; "
-            f"step {step_name} belongs to none of them"
+            f"step {step_name} belongs to none of them",
         )
 
     def check_clear_sum(self, step):
         """Refuse a summand asked for as a step of its own, unless clear sums are allowed."""
         if getattr(step, "__skfedclust_summand__", False) and not self.allow_clear_sums:
             name = f"{getattr(step, '__module__', '?')}:{getattr(step, '__qualname__', step)}"
-            raise PermissionError(
+            raise NodeRefusal(
+                "clear-sum",
                 f"step {name} sends one client's statistic, made to be added by a secure sum; "
-                "this node's policy (allow-clear-sums = false) sends it only inside one"
+                "this node's policy (allow-clear-sums = false) sends it only inside one",
             )
 
     def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None, charged=False):
@@ -599,29 +592,32 @@ class NodePolicy:
         for payload in (to_server, to_peers):
             for array in _arrays(payload):
                 if array.dtype.kind in "fc" and array.size:
-                    raise PermissionError(
+                    raise NodeRefusal(
+                        "dp-only",
                         f"step {_step_declaration(step)[0]} would send float values that "
                         "are not a noisy release charged to this node's budget "
                         f"(dp-epsilon={self.dp_epsilon:g}): a node with a budget sends "
-                        "only differentially private values (rule 'dp-only')"
+                        "only differentially private values (rule 'dp-only')",
                     )
 
     def _check_count(self, n_vectors, n_rows, step_name, declared=None):
         minimum = self.min_rows_per_vector
         if minimum is not None and n_vectors * minimum > n_rows:
-            raise PermissionError(
+            raise NodeRefusal(
+                "min-rows-per-vector",
                 f"step {step_name} would send {n_vectors} vectors summarising this node's "
                 f"{n_rows} rows (fewer than {minimum} rows each, its policy's "
-                "min-rows-per-vector)" + _strict_note(declared)
+                "min-rows-per-vector)" + _strict_note(declared),
             )
 
     def _check_raw_rows(self, data, vectors, step_name, declared=None):
         hit = raw_row_matches(data, vectors, self.raw_row_tolerance)
         if hit is not None:
-            raise PermissionError(
+            raise NodeRefusal(
+                "raw-row",
                 f"step {step_name} would send a vector within {self.raw_row_tolerance:g} of "
                 f"this node's row {hit} (relative to each feature's spread), which its policy "
-                "(refuse-raw-rows) forbids" + _strict_note(declared)
+                "(refuse-raw-rows) forbids" + _strict_note(declared),
             )
 
     def __repr__(self):
@@ -644,7 +640,7 @@ def _step_declaration(step):
     if isinstance(step, str):
         name = step
         try:
-            from ._runtime import resolve_client_step
+            from ..federation._runtime import resolve_client_step
 
             step = resolve_client_step(step, role="bound")
         except PermissionError:

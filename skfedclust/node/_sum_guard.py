@@ -54,13 +54,15 @@ import numbers
 
 import numpy as np
 
+from ._refusal import NodeRefusal
+
 __all__ = ["OpenSum", "SumRecord", "SumRefusal", "harary_neighbours_of", "public_digest"]
 
 #: Where a node keeps its record in its private state.
 RECORD = "secure sum: record"
 
 
-class SumRefusal(PermissionError):
+class SumRefusal(NodeRefusal):
     """A node refuses a secure-sum request that breaks one of its rules.
 
     Attributes
@@ -68,10 +70,6 @@ class SumRefusal(PermissionError):
     rule : str
         The name of the rule (see the module docstring).
     """
-
-    def __init__(self, rule, message):
-        super().__init__(f"refused by rule {rule!r}: {message}")
-        self.rule = rule
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,7 +143,7 @@ class NodeLedger:
 
     def enter_fit(self):
         """Count this fit on the data set; refuse it beyond ``max_fits`` (rule ``max-fits``)."""
-        from ..secure._sum_guard import SumRefusal
+        from ._sum_guard import SumRefusal
 
         record = self._read()
         if self.fit in record["fits"]:
@@ -249,7 +249,7 @@ class NodeLedger:
             self._write(record)
 
     def _refuse(self, what):
-        from ..secure._sum_guard import SumRefusal
+        from ._sum_guard import SumRefusal
 
         raise SumRefusal(
             "one-sum-per-input",

@@ -1,0 +1,70 @@
+"""What a node is: the step contract, its policy, its secure-sum guard, its ledger and DP budget.
+
+A node runs the client steps of a fit on its own rows and decides what leaves
+it. Every client step declares what it releases (:mod:`._declarations`); the
+node's policy (:class:`NodePolicy`, its operator's node config) says what it
+accepts; the secure-sum guard (:class:`SumRecord`) and the privacy ledger
+(:class:`NodeLedger`) remember what it already revealed; its DP budget is
+charged before any noise is drawn. Every refusal is a :class:`NodeRefusal`
+naming its rule in :data:`RULES`.
+
+This package sits below the runtimes: ``skfedclust.federation`` (in process)
+and ``skfedclust.flower`` both serve client steps through it, and it imports
+neither.
+"""
+
+from ._declarations import (
+    RELEASE_KINDS,
+    bound_only,
+    data_independent,
+    declared_releases,
+    dp_release,
+    on_private_rows,
+    releases_rows,
+    sum_only,
+    summand,
+    summary,
+)
+from ._dp import MIN_SURVIVORS, charge_node, private_normal
+from ._ledger import NodeLedger, data_fingerprint
+from ._policy import (
+    DEFAULT_MIN_SUM_PARTICIPANTS,
+    NODE_ACCOUNTANT,
+    PRIVATE_ROWS,
+    NodePolicy,
+    charged_to_node,
+    default_ledger_directory,
+    method_step_modules,
+)
+from ._refusal import RULES, NodeRefusal, refuse
+from ._sum_guard import SumRecord, SumRefusal
+
+__all__ = [
+    "DEFAULT_MIN_SUM_PARTICIPANTS",
+    "MIN_SURVIVORS",
+    "NODE_ACCOUNTANT",
+    "PRIVATE_ROWS",
+    "RELEASE_KINDS",
+    "RULES",
+    "NodeLedger",
+    "NodePolicy",
+    "NodeRefusal",
+    "SumRecord",
+    "SumRefusal",
+    "bound_only",
+    "charge_node",
+    "charged_to_node",
+    "data_fingerprint",
+    "data_independent",
+    "declared_releases",
+    "default_ledger_directory",
+    "dp_release",
+    "method_step_modules",
+    "on_private_rows",
+    "private_normal",
+    "refuse",
+    "releases_rows",
+    "sum_only",
+    "summand",
+    "summary",
+]
