@@ -311,6 +311,13 @@ class NodePolicy:
         budget and the sums' rules are per fit, a weaker node).
     max_fits : int or None, default=None
         With ``privacy_ledger``: the most fits on the node's rows.
+    dp_trusted_shares : int, default=1
+        How many clients' shares of a release's noise the node counts on: it
+        adds ``sigma / sqrt(dp_trusted_shares)`` whatever the coordinator
+        announces (1: every node adds the full ``sigma``).
+    allow_row_release : tuple of str, default=()
+        Estimator class names whose steps that release rows by design (the
+        paper's own release) this node runs.
     """
 
     def __init__(
@@ -328,6 +335,8 @@ class NodePolicy:
         privacy_ledger=None,
         max_fits=None,
         max_bound_queries=DEFAULT_MAX_BOUND_QUERIES,
+        dp_trusted_shares=1,
+        allow_row_release=(),
     ):
         if dp_neighbouring != "replace-one":
             raise ValueError(
@@ -337,6 +346,17 @@ class NodePolicy:
                 "the count would be a release no noise covers"
             )
         self.dp_neighbouring = dp_neighbouring
+        if (
+            isinstance(dp_trusted_shares, bool)
+            or not isinstance(dp_trusted_shares, (int, np.integer))
+            or dp_trusted_shares < 1
+        ):
+            raise ValueError(f"dp-trusted-shares must be an int >= 1, got {dp_trusted_shares!r}")
+        #: How many clients' noise shares the node counts on for one release:
+        #: it adds sigma / sqrt(dp_trusted_shares), never fewer than its operator set.
+        self.dp_trusted_shares = int(dp_trusted_shares)
+        #: Methods whose by-design row releases this node's operator allows.
+        self.allow_row_release = tuple(str(m) for m in allow_row_release)
         self.allow_clear_sums = bool(allow_clear_sums)
         if max_fits is not None and (
             isinstance(max_fits, bool) or int(max_fits) != max_fits or int(max_fits) < 1
