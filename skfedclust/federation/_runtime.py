@@ -33,8 +33,6 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import importlib
-import inspect
 import logging
 import os
 import sys
@@ -54,8 +52,17 @@ from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import ThreadpoolController
 
+from ..node._contract import (  # noqa: F401  (the step contract, re-exported)
+    _STEP_PARAMETERS,
+    Inbox,
+    Reply,
+    _check_reply,
+    allowed_step_modules,
+    client_step_name,
+    resolve_client_step,
+)
 from ..node._declarations import bound_only, releases_rows, sum_only, summand  # noqa: F401
-from ..node._policy import charged_to_node
+from ..node._gate import serve_step
 from ._ledger import SERVER, Ledger
 
 __all__ = [
@@ -277,61 +284,6 @@ class Party:
         return f"Party(index={self.index}, seed={self.seed})"
 
 
-class Reply:
-    """What a client step returns: what it sends, keeps and hands its own user.
-
-    Parameters
-    ----------
-    send : object, default=None
-        The message to the server (arrays, scalars, tuples or dicts of them).
-        ``None`` sends nothing.
-    keep : dict, default=None
-        Updates to the client's private state, available to its later steps
-        as ``state[key]`` and never sent.
-    to_peers : dict, default=None
-        Messages to other parties, ``{party: payload}``, delivered to each
-        recipient's inbox for its next step as ``inbox[tag][sender]``.
-    output : dict, default=None
-        What the party hands its own user at the end of the fit (its labels
-        under ``"labels"``, one per row it holds). Never sent: in a simulation
-        the user plays every party and gets them through
-        :meth:`Runtime.hand_back`; a deployed node writes its own.
-    reveals : object, default=None
-        Vectors the server computes from ``send`` with what it already holds,
-        never sent themselves: the mean of a cluster, from the sum of its
-        rows' deviations from a center the server chose and their count. The
-        node's policy (``refuse-raw-rows``) searches them for its rows as if
-        they were sent, when ``send`` goes to the server in the clear. A
-        function of no argument computing them is called only where the
-        policy searches them.
-    """
-
-    __slots__ = ("send", "keep", "to_peers", "output", "reveals")
-
-    def __init__(self, send=None, *, keep=None, to_peers=None, output=None, reveals=None):
-        self.send = send
-        self.keep = dict(keep) if keep else {}
-        self.to_peers = dict(to_peers) if to_peers else {}
-        self.output = dict(output) if output else {}
-        self.reveals = reveals
-
-
-class Inbox(dict):
-    """The messages delivered to a party for its step: ``{tag: payload}``.
-
-    A server message is ``inbox[tag]``; peer messages are
-    ``inbox[tag][sender]``. ``server_tags`` names the tags the server sent, so
-    that a step can tell the server's (public, the same for every client it
-    broadcast to) messages from its peers'.
-    """
-
-    __slots__ = ("server_tags",)
-
-    def __init__(self, messages=(), server_tags=()):
-        super().__init__(messages)
-        self.server_tags = frozenset(server_tags)
-
-
 class Received(Mapping):
     """Messages one exchange delivered to the server, by sending client.
 
@@ -359,43 +311,6 @@ class Received(Mapping):
     def list(self):
         """The payloads, in client order."""
         return list(self._payloads.values())
-
-
-#: Packages whose client steps may be run by name in this context: ``None``
-#: allows any module-level client step (a simulation); a Flower node sets its
-#: allow-list while it runs a step, so a step that names another one (a secure
-#: sum wrapping the step whose vector it adds) cannot name a step it refuses.
-_ALLOWED_STEP_MODULES = contextvars.ContextVar("skfedclust_allowed_step_modules", default=None)
-
-_STEP_PARAMETERS = ["data", "inbox", "state", "party"]
-
-
-def _allowed(module, allowed_modules):
-    if allowed_modules is None:
-        return True
-    return any(module == m or module.startswith(m + ".") for m in allowed_modules)
-
-
-def client_step_name(step, allowed_modules=None):
-    """``module:qualname`` of a client step, checked as :func:`resolve_client_step` checks it."""
-    module = getattr(step, "__module__", None)
-    qualname = getattr(step, "__qualname__", None)
-    if not inspect.isfunction(step) or module is None or "<locals>" in (qualname or "<locals>"):
-        raise TypeError(
-            f"client step {step!r} must be a module-level function, so that a node can "
-            "run it by name"
-        )
-    name = f"{module}:{qualname}"
-    # The role is checked where the step is run, by the node.
-    resolve_client_step(name, allowed_modules, role="bound")
-    return name
-
-
-#: Roles a client step may be run in, by what runs it: on its own (``"top"``),
-#: as the vector of a secure sum (``"summand"``), or inside a bound agreement,
-#: where only the binary order of its largest entry leaves the node
-#: (``"bound"``).
-_ROLES = ("top", "summand", "bound")
 
 
 def side_by_side(step):
@@ -472,87 +387,6 @@ def step_reads(step):
     return getattr(step, "__skfedclust_reads__", None)
 
 
-@functools.lru_cache(maxsize=1024)
-def _leading_parameters(function):
-    # inspect.signature costs more than the rest of a check made at every step.
-    return list(inspect.signature(function).parameters)[:4]
-
-
-def resolve_client_step(name, allowed_modules=None, role="top"):
-    """The client step called ``name`` (``module:qualname``), if it may run here.
-
-    Only module-level functions whose first parameters are ``data, inbox,
-    state, party`` are client steps, and only those of ``allowed_modules``
-    (default: the allow-list of the context, set by a Flower node while it
-    runs a step; any module in a simulation). Anything else (a builtin, a
-    class, a function of another package) is refused with a
-    :class:`PermissionError`, and so is a :func:`bound_only` step asked for in
-    any other ``role`` than ``"bound"``.
-    """
-    if allowed_modules is None:
-        allowed_modules = _ALLOWED_STEP_MODULES.get()
-    module, sep, qualname = str(name).partition(":")
-    if not sep or not module or not qualname or "<locals>" in qualname:
-        raise PermissionError(f"{name!r} does not name a client step (module:function)")
-    if not _allowed(module, allowed_modules):
-        raise PermissionError(
-            f"client step {name!r} is outside the packages this node runs "
-            f"({', '.join(allowed_modules)})"
-        )
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise PermissionError(
-            f"client step {name!r} does not exist on this node (is the same skfedclust "
-            f"version installed everywhere?): {exc}"
-        ) from exc
-    if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
-        raise PermissionError(f"{name!r} is not a function of the allowed packages")
-    params = _leading_parameters(obj)
-    if params != _STEP_PARAMETERS:
-        raise PermissionError(
-            f"{name!r} is not a client step: its parameters start with {params}, not "
-            "(data, inbox, state, party)"
-        )
-    if role not in _ROLES:
-        raise ValueError(f"role must be one of {_ROLES}, got {role!r}")
-    if getattr(obj, "__skfedclust_sum_only__", False) and role == "top":
-        raise PermissionError(
-            f"client step {name!r} sends values only their sum over the clients may reveal; "
-            "refused as a step of its own (it runs only inside a secure sum)"
-        )
-    if getattr(obj, "__skfedclust_bound_only__", False) and role != "bound":
-        raise PermissionError(
-            f"client step {name!r} sends row-level values and runs only inside a bound "
-            "agreement (which sends the binary order of its largest entry); refused as "
-            + ("a step of its own" if role == "top" else "the vector of a secure sum")
-        )
-    return obj
-
-
-@contextlib.contextmanager
-def allowed_step_modules(modules):
-    """Restrict the client steps that a step may name to ``modules``."""
-    token = _ALLOWED_STEP_MODULES.set(tuple(modules))
-    try:
-        yield
-    finally:
-        _ALLOWED_STEP_MODULES.reset(token)
-
-
-def _check_reply(reply, step, client):
-    if reply is None:
-        return Reply()
-    if not isinstance(reply, Reply):
-        raise TypeError(
-            f"client step {step.__name__} returned {type(reply).__name__} on client {client}; "
-            "a client step returns a Reply(send=..., keep=..., to_peers=..., output=...)"
-        )
-    return reply
-
-
 @functools.lru_cache(maxsize=1)
 def _thread_controller():
     # Scanning the loaded BLAS and OpenMP libraries costs tens of milliseconds;
@@ -592,7 +426,7 @@ def _limited_map():
             _LIMITED_THREADS.discard(me)
 
 
-def _run_step(step, data, inbox, state, party, public):
+def _call_step_limited(step, data, inbox, state, party, public):
     # Client work runs on one thread in every pool (BLAS and OpenMP): results
     # are then identical whatever n_jobs and backend are, and parallel clients
     # do not oversubscribe the cores. Parallelism comes from running clients
@@ -601,6 +435,14 @@ def _run_step(step, data, inbox, state, party, public):
         return step(data, inbox, types.MappingProxyType(state), party, **public)
     with single_threaded():
         return step(data, inbox, types.MappingProxyType(state), party, **public)
+
+
+def _run_step(step, data, inbox, state, party, public, method=None):
+    # Through the node's one gate, as a Flower node serves it: admitted, run,
+    # and its reply checked before the runtime delivers anything of it.
+    return serve_step(
+        step, data, inbox, state, party, public, method=method, run=_call_step_limited
+    )
 
 
 def threads_per_step(n_jobs):
@@ -971,18 +813,6 @@ class InProcessRuntime(Runtime):
                 f"client step {step!r} must be a module-level function, so that any runtime "
                 "(another process, another machine) can run it by name"
             )
-        if getattr(step, "__skfedclust_bound_only__", False):
-            raise PermissionError(
-                f"client step {step.__qualname__} runs only inside a bound agreement; a node "
-                "refuses it as a step of its own"
-            )
-        if getattr(step, "__skfedclust_sum_only__", False):
-            raise PermissionError(
-                f"client step {step.__qualname__} sends values only their sum over the clients "
-                "may reveal; a node refuses it as a step of its own (it runs only inside a "
-                "secure sum)"
-            )
-        self.policy.check_clear_sum(step)
         targets = self._targets(clients)
         self._exchange += 1
         # Before the single-thread limit of the map below, which the count reads.
@@ -1015,6 +845,7 @@ class InProcessRuntime(Runtime):
                 self._states[c],
                 self._party(c, n_threads),
                 {**public, **per_client.get(c, {})},
+                self.name or None,
             )
             for c, inbox in zip(targets, inboxes)
         )
@@ -1036,12 +867,6 @@ class InProcessRuntime(Runtime):
         phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
         for c, reply in zip(targets, replies):
-            reply = _check_reply(reply, step, c)
-            # What leaves a party passes its policy first, as on a Flower node.
-            data, charged = self._data(c), charged_to_node(reply, step, self._states[c])
-            self.policy.check_outgoing(
-                data, reply.send, reply.to_peers, step, reveals=reply.reveals, charged=charged
-            )
             if may_drop and self._lost(tag, c):
                 continue
             self._states[c].update(reply.keep)

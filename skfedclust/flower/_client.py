@@ -29,12 +29,11 @@ from ..federation._inputs import _feature_names, check_client_array
 from ..federation._runtime import (
     Inbox,
     Party,
-    _check_reply,
-    _run_step,
+    _call_step_limited,
     allowed_step_modules,
     threads_per_step,
 )
-from ..node._policy import charged_to_node
+from ..node._gate import admit_step, serve_step
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy, method_step_modules
@@ -732,8 +731,8 @@ class _Service:
             raise RuntimeError(f"a step for party {control['party']} reached party {party}")
         step = resolve_step(control["step"], self.allowed_modules)
         policy = NodePolicy.from_node_config(context.node_config)
-        policy.check_step(control["step"], method=record["method"] or None)
-        policy.check_clear_sum(step)
+        # Admitted before the node opens its inbox; admitted again by the gate below.
+        admit_step(step, policy, record["method"] or None, name=control["step"])
         keys = _crypto.KeyPair(record["private_key"])
         session = record["session"]
         last = {int(k): v for k, v in json.loads(record["last"]).items()}
@@ -758,16 +757,17 @@ class _Service:
         )
         state = _load_state(context, session)
         with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):
-            reply = _run_step(step, data, inbox, state, me, body["public"])
-        reply = _check_reply(reply, step, party)
-        policy.check_outgoing(
-            data,
-            reply.send,
-            reply.to_peers,
-            control["step"],
-            reveals=reply.reveals,
-            charged=charged_to_node(reply, step, state),
-        )
+            # The node's one gate, as in the in-process runtime.
+            reply = serve_step(
+                step,
+                data,
+                inbox,
+                state,
+                me,
+                body["public"],
+                method=record["method"] or None,
+                run=_call_step_limited,
+            )
         state.update(reply.keep)
         _save_state(context, session, state)
         if reply.output:

@@ -660,7 +660,7 @@ def _step_declaration(step):
     if isinstance(step, str):
         name = step
         try:
-            from ..federation._runtime import resolve_client_step
+            from ._contract import resolve_client_step
 
             step = resolve_client_step(step, role="bound")
         except PermissionError:

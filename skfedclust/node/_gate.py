@@ -1,0 +1,109 @@
+"""The node's one gate: every runtime serves a client step through :func:`serve_step`.
+
+The coordinator names a step and its public constants; the node decides
+whether the step runs and whether what it returns leaves. The in-process
+runtime and the Flower node both call :func:`serve_step`, so a simulation of
+deployed nodes (``InProcessRuntime(..., policy=NodePolicy())``) refuses
+exactly what a deployed node refuses, with the same :class:`NodeRefusal`.
+
+In order, a node:
+
+1. admits the step (:func:`admit_step`): it belongs to the method agreed at
+   the handshake and to a method the policy allows, it declares what it
+   releases, its declaration allows it to run on its own, and a summand runs
+   on its own only where clear sums are allowed;
+2. runs it on its own rows, its inbox and a read-only view of its state,
+   with steps it names (the vector of a secure sum) admitted by the same
+   policy and method;
+3. checks the reply against the policy, by the step's declaration (rows,
+   vector counts, the DP budget) before anything is sent.
+"""
+
+from __future__ import annotations
+
+from ._contract import _check_reply, check_role, serving, step_name
+from ._declarations import declared_releases
+from ._policy import charged_to_node
+from ._refusal import NodeRefusal
+
+__all__ = ["admit_step", "call_step", "serve_step"]
+
+#: Whether a step that declares no release is refused (every step of the
+#: package declares one; a user's own step must too).
+REQUIRE_DECLARATION = False
+
+
+def call_step(step, data, inbox, state, party, public):
+    """Run ``step`` as a client step: the plain call, with no thread limits of its own."""
+    return step(data, inbox, state, party, **public)
+
+
+def admit_step(step, policy, method=None, name=None):
+    """Refuse ``step`` before it runs if the node's policy or its declaration excludes it.
+
+    Parameters
+    ----------
+    step : callable
+        The client step (already resolved from its name by the runtime).
+    policy : NodePolicy
+        The node's policy.
+    method : str, default=None
+        The estimator class name agreed at the handshake (``None``: a runtime
+        without one, a user's own protocol).
+    name : str, default=None
+        The step's ``module:qualname`` (derived from ``step`` if not given).
+    """
+    name = step_name(step) if name is None else name
+    policy.check_step(name, method=method)
+    check_role(step, name, "top")
+    policy.check_clear_sum(step)
+    if REQUIRE_DECLARATION and not declared_releases(step):
+        raise NodeRefusal(
+            "declared-release",
+            f"client step {name} declares nothing of what it releases; a node runs only "
+            "steps that declare it (skfedclust.node._declarations)",
+        )
+
+
+def serve_step(step, data, inbox, state, party, public, *, method=None, run=call_step):
+    """Serve one client step on a node: admit it, run it, check its reply.
+
+    Parameters
+    ----------
+    step : callable
+        The client step.
+    data : ndarray or None
+        The node's rows.
+    inbox : Inbox
+        The messages delivered to the node for this step.
+    state : mapping
+        What the node kept (the step gets it read-only through ``run``).
+    party : Party
+        The node (its ``policy`` is the node's policy).
+    public : dict
+        The step's public constants.
+    method : str, default=None
+        The method agreed at the handshake.
+    run : callable, default=call_step
+        How the runtime calls the step (thread limits, a step worker):
+        ``run(step, data, inbox, state, party, public) -> Reply``.
+
+    Returns
+    -------
+    reply : Reply
+        What the step returned, cleared to leave the node.
+    """
+    policy = party.policy
+    admit_step(step, policy, method)
+    with serving(policy, method):
+        reply = run(step, data, inbox, state, party, public)
+    reply = _check_reply(reply, step, party.index)
+    policy.check_outgoing(
+        data,
+        reply.send,
+        reply.to_peers,
+        step,
+        reveals=reply.reveals,
+        charged=charged_to_node(reply, step, state),
+    )
+    return reply
