@@ -68,9 +68,11 @@ def step_name(step, allowed_modules=DEFAULT_ALLOWED_MODULES):
 def resolve_step(name, allowed_modules=DEFAULT_ALLOWED_MODULES):
     """The client step called ``name`` (``module:qualname``), if the node allows it.
 
-    See :func:`skfedclust.federation.resolve_client_step`.
+    See :func:`skfedclust.federation.resolve_client_step`. The role the step may
+    run in is the node gate's to check (:func:`skfedclust.node._gate.admit_step`),
+    after the method, as in the in-process runtime.
     """
-    return resolve_client_step(name, allowed_modules)
+    return resolve_client_step(name, allowed_modules, role="bound")
 
 
 # --------------------------------------------------------------------------- #

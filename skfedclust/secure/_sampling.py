@@ -37,6 +37,7 @@ import numpy as np
 
 from ..federation import Reply
 from ..federation._runtime import reads
+from ..node._refusal import NodeRefusal
 
 __all__ = [
     "TAG_COMMITS",
@@ -92,13 +93,14 @@ def public_sample(seed, iteration, active, size):
 def sampling_commit_step(data, inbox, state, party, *, horizon):
     """Client step: commit to a fresh nonce (and the fit's horizon) for the sampling seed."""
     if _NONCE in state:
-        raise PermissionError(
-            "refused by rule 'sampling': this node has committed to the fit's sampling seed "
-            "already; a second commitment would let the server choose between seeds"
+        raise NodeRefusal(
+            "sampling",
+            "this node has committed to the fit's sampling seed "
+            "already; a second commitment would let the server choose between seeds",
         )
     horizon = int(horizon)
     if horizon < 1:
-        raise PermissionError(f"refused by rule 'sampling': a horizon of {horizon} iterations")
+        raise NodeRefusal("sampling", f"a horizon of {horizon} iterations")
     nonce = party.secret_bytes(_NONCE_BYTES)
     return Reply(
         send=_commitment(nonce, party.index, horizon),
@@ -110,9 +112,9 @@ def sampling_commit_step(data, inbox, state, party, *, horizon):
 def sampling_reveal_step(data, inbox, state, party):
     """Client step: find its commitment among those relayed, then reveal its nonce."""
     if _NONCE not in state:
-        raise PermissionError("refused by rule 'sampling': this node has not committed")
+        raise NodeRefusal("sampling", "this node has not committed")
     if _RELAYED in state:
-        raise PermissionError("refused by rule 'sampling': a second reveal")
+        raise NodeRefusal("sampling", "a second reveal")
     nonce, horizon = state[_NONCE]
     relayed = inbox[TAG_COMMITS]
     slots = [int(c) for c in np.ravel(relayed["slots"])]
@@ -124,10 +126,7 @@ def sampling_reveal_step(data, inbox, state, party):
         or me not in slots
         or not np.array_equal(commitments[slots.index(me)], _commitment(nonce, me, horizon))
     ):
-        raise PermissionError(
-            "refused by rule 'sampling': the relayed commitments do not hold this node's in "
-            "its slot"
-        )
+        raise NodeRefusal("sampling", "the relayed commitments do not hold this node's in its slot")
     return Reply(
         send=np.frombuffer(nonce, dtype=np.uint8).copy(),
         keep={_RELAYED: (tuple(slots), commitments)},
@@ -140,16 +139,14 @@ def _agreed_seed(state, nonces):
         return agreed
     _, horizon = state[_NONCE]
     if _RELAYED not in state:
-        raise PermissionError("refused by rule 'sampling': the nonces were never revealed")
+        raise NodeRefusal("sampling", "the nonces were never revealed")
     slots, commitments = state[_RELAYED]
     nonces = np.asarray(nonces, dtype=np.uint8)
     if nonces.shape != (len(slots), _NONCE_BYTES) or not all(
         np.array_equal(commitments[i], _commitment(nonces[i], slot, horizon))
         for i, slot in enumerate(slots)
     ):
-        raise PermissionError(
-            "refused by rule 'sampling': the relayed nonces do not open the commitments"
-        )
+        raise NodeRefusal("sampling", "the relayed nonces do not open the commitments")
     return {
         "seed": sampling_seed(slots, nonces),
         "horizon": horizon,
@@ -168,34 +165,33 @@ def check_sampled(inbox, state, party):
     announcement = dict.get(inbox, TAG_SAMPLE)
     if announcement is None:
         if _NONCE in state:
-            raise PermissionError(
-                "refused by rule 'sampling': this fit samples its clients and the server "
-                "sent no sample announcement"
+            raise NodeRefusal(
+                "sampling",
+                "this fit samples its clients and the server sent no sample announcement",
             )
         return {}
     if _NONCE not in state:
-        raise PermissionError("refused by rule 'sampling': no sampling seed was agreed")
+        raise NodeRefusal("sampling", "no sampling seed was agreed")
     agreed = _agreed_seed(state, announcement["nonces"])
     iteration = int(announcement["iteration"])
     active = sorted(int(c) for c in np.ravel(announcement["active"]))
     participants = sorted(int(c) for c in np.ravel(announcement["participants"]))
     if not agreed["last"] < iteration <= agreed["horizon"]:
-        raise PermissionError(
-            f"refused by rule 'sampling': iteration {iteration} after {agreed['last']} "
-            f"(the fit's horizon is {agreed['horizon']})"
+        raise NodeRefusal(
+            "sampling",
+            f"iteration {iteration} after {agreed['last']} "
+            f"(the fit's horizon is {agreed['horizon']})",
         )
     if not set(active) <= set(agreed["active"]):
-        raise PermissionError(
-            "refused by rule 'sampling': a client counted out of the fit is active again"
-        )
+        raise NodeRefusal("sampling", "a client counted out of the fit is active again")
     if (
         party.index not in participants
         or len(participants) > len(active)
         or participants != public_sample(agreed["seed"], iteration, active, len(participants))
     ):
-        raise PermissionError(
-            f"refused by rule 'sampling': the participants of iteration {iteration} are not "
-            "the sample the clients' seed draws"
+        raise NodeRefusal(
+            "sampling",
+            f"the participants of iteration {iteration} are not the sample the clients' seed draws",
         )
     return {
         _AGREED: {**agreed, "last": iteration, "active": tuple(active)},
