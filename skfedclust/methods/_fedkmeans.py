@@ -37,6 +37,16 @@ from ..secure._sampling import (
     sampling_seed,
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
+from ._fedkmeans_blind import (
+    TAG_RESULT,
+    TAG_REVEAL,
+    TAG_ROUND,
+    TAG_SETUP,
+    blind_iteration_step,
+    blind_release_step,
+    blind_reveal_step,
+    blind_setup_step,
+)
 from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
 from ._fedkmeans_steps import (
     TAG_CENTERS,
@@ -297,6 +307,21 @@ class FederatedKMeans(
         the farthest row sends that row, so the result equals
         :class:`~sklearn.cluster.KMeans`' from the same start. A deployed
         node's default policy refuses to send the row (``refuse-raw-rows``).
+    coordinator : {"sees-totals", "blind"}, default="sees-totals"
+        Who runs Lloyd's server step. ``"sees-totals"``: the coordinator
+        sends the centers every iteration and learns the totals of the
+        secure sums. ``"blind"``: the nodes run it themselves; every
+        iteration each node sends its statistics under pairwise masks to every
+        other node (sealed peer messages), the nodes add them and move the
+        centers alike, and the coordinator receives only the result (the
+        centers, the cluster sizes, ``n_iter_`` and the inertia) and one
+        status byte per round: it can neither steer the centers nor see an
+        iteration's totals. Two set-up rounds, then one round per iteration
+        and one for the result. Supports ``init="auto"`` (the weighted k-FED
+        start, computed on the nodes from local centers they share with each
+        other, never with the coordinator, with a seed from their committed
+        nonces) or an array, without ``privacy``, sampling or clear sums; an
+        empty cluster keeps its center (see Notes).
     secure_aggregation : bool, default=True
         Add the clients' statistics by secure aggregation (the server learns
         only their totals). ``False`` sends every client's statistics to the
@@ -490,7 +515,11 @@ class FederatedKMeans(
     """
 
     #: Its k-FED starts ("k-fed-weighted", "k-fed") run k-FED's local step on the nodes.
-    _client_step_modules = ("skfedclust.methods._fedkmeans_steps", "skfedclust.methods._kfed")
+    _client_step_modules = (
+        "skfedclust.methods._fedkmeans_steps",
+        "skfedclust.methods._fedkmeans_blind",
+        "skfedclust.methods._kfed",
+    )
 
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
@@ -504,6 +533,7 @@ class FederatedKMeans(
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "empty_clusters": [StrOptions({"far-rows", "farthest-row"})],
+        "coordinator": [StrOptions({"sees-totals", "blind"})],
         "secure_aggregation": ["boolean"],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
@@ -523,6 +553,7 @@ class FederatedKMeans(
         max_iter=300,
         tol=1e-4,
         empty_clusters="far-rows",
+        coordinator="sees-totals",
         secure_aggregation=True,
         client_fraction=1.0,
         min_clients=None,
@@ -542,6 +573,7 @@ class FederatedKMeans(
         self.max_iter = max_iter
         self.tol = tol
         self.empty_clusters = empty_clusters
+        self.coordinator = coordinator
         self.secure_aggregation = secure_aggregation
         self.client_fraction = client_fraction
         self.min_clients = min_clients
@@ -862,7 +894,11 @@ class FederatedKMeans(
         # user chose (joblib.parallel_config) still wins.
         with parallel_config(prefer="threads"):
             try:
-                if self.privacy == "dp":
+                if self.coordinator == "blind":
+                    self.privacy_spent_ = self.privacy_accountant_ = None
+                    self.noise_scales_ = {}
+                    self._blind_protocol(runtime)
+                elif self.privacy == "dp":
                     private_fit(self, runtime, random_state)
                 else:
                     self.privacy_spent_ = self.privacy_accountant_ = None
@@ -871,6 +907,75 @@ class FederatedKMeans(
             finally:
                 # The sampling seed and nonces are the fit's, not the model's.
                 self.__dict__.pop("_sampling", None)
+
+    def _check_blind_options(self, runtime):
+        """Refuse, before any exchange, options the coordinator-blind protocol does not run."""
+        unsupported = {
+            "privacy": self.privacy is not None,
+            "client_fraction": self.client_fraction < 1.0,
+            "secure_aggregation": not self.secure_aggregation,
+            "empty_clusters": self.empty_clusters == "farthest-row",
+            "init": isinstance(self.init, str)
+            and self.init not in ("auto", "k-fed-weighted")
+            or callable(self.init),
+        }
+        for name, bad in unsupported.items():
+            if bad:
+                raise ValueError(
+                    f'coordinator="blind" runs Lloyd on the nodes with init="auto" or an array '
+                    f"start, without privacy, sampling, clear sums or the farthest-row "
+                    f"relocation; {name}={getattr(self, name)!r} needs "
+                    'coordinator="sees-totals"'
+                )
+        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
+            raise ValueError(
+                f"the nodes add totals over at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients "
+                f"(each refuses fewer); this federation has {runtime.n_clients}"
+            )
+
+    def _blind_protocol(self, runtime):
+        """Lloyd run by the nodes: the coordinator relays and receives the result only."""
+        self._check_blind_options(runtime)
+        clients = list(range(runtime.n_clients))
+        init = None if isinstance(self.init, str) else self._array_init(runtime)
+        runtime.stage("client step: blind k-means set-up (pair seeds, local centers, to peers)")
+        runtime.run(
+            blind_setup_step,
+            tag=TAG_SETUP,
+            setup=True,
+            clients=clients,
+            n_clusters=self.n_clusters,
+            n_init=1 if init is not None else self.n_init,
+            max_iter=self.max_iter,
+            tol=float(self.tol),
+            participants=clients,
+            init=init,
+        )
+        runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
+        # Two more rounds than iterations at most: the first upload and the final one.
+        for _ in range(self.max_iter + 1):
+            runtime.stage("client step: a blind Lloyd iteration on the nodes")
+            final = [bool(s) for s in runtime.run(blind_iteration_step, tag=TAG_ROUND).list()]
+            if any(final) != all(final):
+                raise FederatedKMeansError(
+                    f"the nodes disagree on the end of the fit ({final}): a node saw "
+                    "other totals than the others"
+                )
+            if all(final):
+                break
+        runtime.stage("client step: the blind fit's result, from every node")
+        results = runtime.run(blind_release_step, tag=TAG_RESULT, clients=clients).list()
+        first = results[0]
+        for other in results[1:]:
+            if not all(np.array_equal(a, b) for a, b in zip(first, other)):
+                raise FederatedKMeansError(
+                    "the nodes released different results: one of them saw other totals"
+                )
+        centers, sizes, n_iter, inertia = first
+        self.cluster_centers_ = np.asarray(centers, dtype=np.float64)
+        self.n_iter_ = int(np.asarray(n_iter)[0])
+        self.inertia_ = float(np.asarray(inertia)[0])
+        _warn_if_fewer_clusters(int(np.count_nonzero(np.asarray(sizes))), self.n_clusters)
 
     def _check_min_clients(self, runtime):
         if self.min_clients is not None and self.min_clients > runtime.n_clients:

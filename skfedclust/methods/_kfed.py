@@ -101,11 +101,27 @@ def kfed_server_weighted_kmeans(uploads, *, n_clusters, n_init, seed, max_iter):
     run on the server (scikit-learn's ``KMeans``), without a message. Fewer
     non-empty local clusters than ``n_clusters``: every local center weighs one.
     """
+    return weighted_kmeans_on_centers(
+        [(p[0], p[1]) for p in uploads.list()],
+        n_clusters=n_clusters,
+        n_init=n_init,
+        seed=seed,
+        max_iter=max_iter,
+    )
+
+
+def weighted_kmeans_on_centers(local, *, n_clusters, n_init, seed, max_iter):
+    """k-means++ with ``n_init`` restarts on pooled local centers, each weighted by its size.
+
+    ``local`` is a list of ``(centers, sizes)``, one per client, in client
+    order. A pure function of its arguments: the server runs it on the
+    uploads, and with ``coordinator="blind"`` every node runs it on the local
+    centers its peers sent it, and gets the same centers.
+    """
     from sklearn.cluster import KMeans
 
-    payloads = uploads.list()
-    pooled = np.vstack([p[0] for p in payloads])
-    weights = np.concatenate([np.asarray(p[1]) for p in payloads]).astype(np.float64)
+    pooled = np.vstack([np.asarray(c) for c, _ in local])
+    weights = np.concatenate([np.asarray(s) for _, s in local]).astype(np.float64)
     if np.count_nonzero(weights) < n_clusters:
         weights = np.ones(len(pooled))
     km = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, random_state=seed)

@@ -33,6 +33,10 @@ The kinds (:data:`RELEASE_KINDS`):
 ``dp-release``
     A noisy release the step charges to the node's own accountant, with a
     sensitivity it computes from parameters it enforces itself.
+``peer-masked``
+    A summand sent to the other nodes only (sealed peer messages), under
+    pairwise masks shared with each of them: only the total over every node
+    opens, on the nodes; the coordinator relays ciphertext.
 ``private-rows``
     Post-processing of the rows the node privatised earlier in the fit
     (input perturbation): charged already.
@@ -47,6 +51,7 @@ __all__ = [
     "declared_releases",
     "dp_release",
     "on_private_rows",
+    "peer_masked",
     "releases_rows",
     "sum_only",
     "summand",
@@ -73,6 +78,10 @@ RELEASE_KINDS = {
     ),
     "dp-release": "a noisy release charged to the node's own accountant",
     "private-rows": "post-processing of rows the node privatised (charged already)",
+    "peer-masked": (
+        "a summand sent to the other nodes only, under pairwise masks: only the total over "
+        "every node opens, and the coordinator relays it sealed"
+    ),
 }
 
 _ATTRIBUTE = "__skfedclust_releases__"
@@ -173,6 +182,16 @@ def releases_rows(reason):
         return _declare(step, "rows-by-design")
 
     return mark
+
+
+def peer_masked(step):
+    """Declare a client step that sends a summand to its peers only, under pairwise masks.
+
+    The coordinator-blind Lloyd iteration: every node sends its statistics to
+    every other node, masked with a seed it shares with each of them, and the
+    nodes add the uploads themselves. Nothing of it goes to the coordinator.
+    """
+    return _declare(step, "peer-masked")
 
 
 def on_private_rows(step):

@@ -1,0 +1,636 @@
+"""Federated k-means the coordinator can neither steer nor watch (``coordinator="blind"``).
+
+Lloyd's server step is a deterministic function of sums: the next centers
+are the per-cluster means, the convergence test compares counts and shifts.
+So the nodes run it themselves. Every iteration each node sends its
+per-cluster statistics, under pairwise masks, to every other node as sealed
+peer messages (the coordinator relays ciphertext it cannot read or forge on
+Flower); each node adds every upload, the masks cancel, and it computes the
+next centers from the exact integer totals, the same bits on every node. The
+coordinator chooses nothing (the start comes from local centers the nodes
+share with each other and a seed from their committed nonces) and receives a
+one-byte status per round and, at the end, the result: the centers, the
+cluster sizes, ``n_iter_`` and the inertia, which every node sends and the
+coordinator checks agree.
+
+Rounds: two set-up rounds, then one per Lloyd iteration, and one for the
+final labels' inertia and sizes. Each node checks, every round, that every
+participant sent exactly one message of the round, that all of them saw the
+same transcript of the previous round (rule ``consistent-view``), and that
+the totals can be right (the counts add up to the row counts the nodes told
+each other; rule ``well-formed``).
+
+What each party learns:
+
+* the coordinator: the final centers and sizes, ``n_iter_`` and the
+  inertia, of the parameters the nodes accepted, and when each round ends;
+* a node (or peers colluding with the coordinator, short of all but one):
+  the other nodes' row counts, local centers and sizes (the k-FED start) and
+  every iteration's totals over all nodes (per-cluster sums, counts, rows
+  that changed cluster, the pooled per-feature variance), never another
+  node's own statistics: its uploads are masked by a pair seed shared with
+  each other node.
+
+Totals are added in the ring of integers modulo 2**128: each float is
+encoded in fixed point with a scale that leaves room for the sum of every
+row (:func:`fixed_point_scales`), so the totals are exact and every node
+decodes the same floats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+
+from ..federation import Reply, reads
+from ..node._declarations import data_independent, peer_masked, summary
+from ..node._refusal import NodeRefusal
+from ..secure._secure_sum import keystream
+from ._kfed import kfed_local_centers, weighted_kmeans_on_centers
+from ._lloyd_pass import lloyd_pass
+
+TAG_SETUP = "blind set-up"
+TAG_REVEAL = "blind start"
+TAG_ROUND = "blind iteration"
+TAG_RESULT = "blind result"
+
+_STATE = "blind k-means: state"
+_MOD = 1 << 128
+_HALF = 1 << 127
+_WORD = (1 << 64) - 1
+#: Below any float64's binary exponent: the scales of rows without spread stay finite.
+_LEAST_EXPONENT = -1000
+#: The restarts of the weighted k-means++ every node runs on the local centers.
+START_RESTARTS = 10
+
+
+# --------------------------------------------------------------------------- #
+# The ring: integers modulo 2**128, sent as (high, low) 64-bit words
+# --------------------------------------------------------------------------- #
+def to_words(values):
+    """Ring elements (Python ints) as an array of (high, low) uint64 words."""
+    values = [int(v) % _MOD for v in values]
+    words = np.empty((len(values), 2), dtype=np.uint64)
+    words[:, 0] = [v >> 64 for v in values]
+    words[:, 1] = [v & _WORD for v in values]
+    return words
+
+
+def from_words(words):
+    """The ring elements of an array of (high, low) words, as Python ints."""
+    words = np.asarray(words, dtype=np.uint64).reshape(-1, 2)
+    high = words[:, 0].astype(object)
+    low = words[:, 1].astype(object)
+    return (high << 64) | low
+
+
+def encode(values, scales):
+    """``values`` in fixed point, ``round(v * 2**scale)`` modulo 2**128 (object array)."""
+    scaled = np.rint(np.ldexp(np.asarray(values, dtype=np.float64), scales))
+    return np.array([int(v) % _MOD for v in scaled.tolist()], dtype=object)
+
+
+def decode(elements, scales):
+    """The floats of ring ``elements`` encoded with ``scales`` (signed, centred on 0).
+
+    Python converts an integer to the nearest double, so every node decodes
+    the same bits from the same totals.
+    """
+    signed = [int(e) - _MOD if int(e) >= _HALF else int(e) for e in elements]
+    return np.array(
+        [
+            math.ldexp(float(v), -int(s))
+            for v, s in zip(signed, np.broadcast_to(scales, len(signed)))
+        ]
+    )
+
+
+def mask(length, pair_seeds, me, round_):
+    """The sum of this node's pairwise masks of a round (added towards higher indices)."""
+    total = np.zeros(length, dtype=object)
+    for other, seed in pair_seeds.items():
+        stream = from_words(keystream(seed, f"blind k-means mask|{round_}".encode(), 2 * length))
+        total = total + stream if other > me else total - stream
+    return total % _MOD
+
+
+def fixed_point_scales(exponent, n_rows, n_features, n_clusters, n_runs, first):
+    """The fixed-point scale of each entry of an upload (see :func:`upload_layout`).
+
+    Every row lies within ``2**exponent`` of the pooled mean in each feature,
+    and every center within the rows' hull, so a deviation from a center is
+    below ``2**(exponent + 1)`` and a squared distance below
+    ``n_features * 2**(2 * exponent + 2)``; ``n_rows`` of them stay below
+    ``2**126`` at these scales (one bit is the sign).
+    """
+    room = 126 - int(n_rows).bit_length()
+    per_run = np.concatenate(
+        [
+            np.full(n_clusters * n_features, room - (exponent + 1)),
+            np.zeros(n_clusters + 1, dtype=np.int64),
+        ]
+    )
+    scales = [np.tile(per_run, n_runs)]
+    if first:
+        scales.append(np.full(n_features, room - 2 * exponent))
+    return np.concatenate(scales).astype(np.int64)
+
+
+def final_scales(exponent, n_rows, n_features, n_clusters, n_runs):
+    """Scales of the final upload: per run the inertia, then the sizes and client counts."""
+    room = 126 - int(n_rows).bit_length() - int(n_features).bit_length()
+    per_run = np.concatenate([[room - (2 * exponent + 2)], np.zeros(2 * n_clusters, np.int64)])
+    return np.tile(per_run, n_runs).astype(np.int64)
+
+
+def _digest(*parts):
+    h = hashlib.sha256()
+    for part in parts:
+        data = part if isinstance(part, bytes) else np.ascontiguousarray(part).tobytes()
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.digest()
+
+
+def _as_bytes(value):
+    """Bytes as sent (a codec may hand back a bytes-like value)."""
+    return bytes(value)
+
+
+# --------------------------------------------------------------------------- #
+# What a node keeps between rounds
+# --------------------------------------------------------------------------- #
+class _Run:
+    """One Lloyd run of a node (``n_init`` runs move in the same rounds)."""
+
+    __slots__ = ("centers", "labels", "n_iter", "done", "strict")
+
+    def __init__(self, centers):
+        self.centers = np.array(centers, dtype=np.float64)
+        self.labels = None
+        self.n_iter = 0
+        self.done = False
+        self.strict = False
+
+
+def _peer_messages(inbox, tag, participants, me):
+    """The message of each other participant of the round, refusing a missing or extra one."""
+    got = inbox.get(tag, {})
+    senders = set(got)
+    expected = set(participants) - {me}
+    if senders != expected:
+        missing = sorted(expected - senders)
+        raise NodeRefusal(
+            "consistent-view",
+            f"round {tag!r}: no message from participant(s) {missing}"
+            if missing
+            else f"round {tag!r}: messages from outside the fit: {sorted(senders - expected)}",
+        )
+    return {p: got[p] for p in sorted(got)}
+
+
+def _check_views(messages, own_view, tag):
+    """Every participant saw the same transcript of the previous round as this node."""
+    for sender, message in messages.items():
+        if _as_bytes(message["view"]) != own_view:
+            raise NodeRefusal(
+                "consistent-view",
+                f"round {tag!r}: participant {sender} saw another transcript of the previous "
+                "round than this node (an upload that differs between receivers)",
+            )
+
+
+def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
+    """The fit's parameters against the node's policy, before anything is computed."""
+    policy = party.policy
+    if party.index not in participants:
+        raise NodeRefusal("well-formed", f"party {party.index} is not among the participants")
+    if len(participants) < policy.min_sum_participants:
+        raise NodeRefusal(
+            "min-sum-participants",
+            f"{len(participants)} participants; this node adds totals over at least "
+            f"{policy.min_sum_participants}",
+        )
+    for name, value in (("n_clusters", n_clusters), ("n_init", n_init), ("max_iter", max_iter)):
+        if isinstance(value, bool) or int(value) != value or int(value) < 1:
+            raise NodeRefusal("well-formed", f"{name}={value!r} is not an int >= 1")
+    if not (np.isfinite(tol) and tol >= 0):
+        raise NodeRefusal("well-formed", f"tol={tol!r} is not a finite number >= 0")
+
+
+# --------------------------------------------------------------------------- #
+# Client steps
+# --------------------------------------------------------------------------- #
+@summary
+@data_independent
+@reads()
+def blind_setup_step(
+    data, inbox, state, party, *, n_clusters, n_init, max_iter, tol, participants, init=None
+):
+    """Round 1: pair seeds, a nonce commitment, the row count and the local centers, to peers.
+
+    The parameters are fixed here, once: every later round reads none from the
+    coordinator. A pair seed is drawn from the node's private generator for
+    each participant of higher index and sealed to it; the local centers and
+    their sizes (the k-FED start, means of local clusters, checked by the
+    node's policy as any summary) go to every peer, never to the coordinator.
+    """
+    if _STATE in state:
+        raise NodeRefusal("stage", "this node has set up a blind k-means fit already")
+    participants = sorted(int(p) for p in participants)
+    _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
+    me = party.index
+    nonce = party.secret_bytes(32)
+    start = None
+    if init is None:
+        local = kfed_local_centers(
+            data,
+            inbox,
+            state,
+            party,
+            n_clusters=n_clusters,
+            solver="kmeans",
+            n_init=1,
+            max_iter=max_iter,
+            send_sizes=True,
+        ).send
+        start = (np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64))
+    parameters = _digest(
+        repr((int(n_clusters), int(n_init), int(max_iter), float(tol), participants)).encode(),
+        b"" if init is None else np.asarray(init, dtype=np.float64),
+    )
+    common = {
+        "parameters": parameters,
+        "commitment": _digest(b"nonce", nonce),
+        "rows": np.int64(data.shape[0]),
+        "column sums": data.sum(axis=0),
+    }
+    if start is not None:
+        common["local centers"], common["local sizes"] = start
+    seeds = {}
+    to_peers = {}
+    for other in participants:
+        if other == me:
+            continue
+        message = dict(common)
+        if other > me:
+            seeds[other] = party.secret_bytes(32)
+            message["pair seed"] = seeds[other]
+        to_peers[other] = message
+    keep = {
+        _STATE: {
+            "stage": "set up",
+            "parameters": parameters,
+            "n_clusters": int(n_clusters),
+            "n_init": int(n_init),
+            "max_iter": int(max_iter),
+            "tol": float(tol),
+            "init": None if init is None else np.asarray(init, dtype=np.float64),
+            "participants": participants,
+            "nonce": nonce,
+            "seeds": seeds,
+            "own": common,
+        }
+    }
+    return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
+
+
+@data_independent
+@reads(TAG_SETUP)
+def blind_reveal_step(data, inbox, state, party):
+    """Round 2: check the set-up, reveal the nonce, send the binary order of the rows' spread.
+
+    Every participant must have announced the same parameters. The pooled
+    mean comes from the row counts and column sums the nodes told each other
+    (the pooled mean is what every node learns of the set-up); each node
+    sends the binary order of its largest deviation from it, which fixes the
+    fixed-point scales.
+    """
+    kept = _stage(state, "set up")
+    me, participants = party.index, kept["participants"]
+    messages = _peer_messages(inbox, TAG_SETUP, participants, me)
+    for sender, message in messages.items():
+        if _as_bytes(message["parameters"]) != kept["parameters"]:
+            raise NodeRefusal(
+                "consistent-view",
+                f"participant {sender} agreed to other parameters than this node",
+            )
+    seeds = dict(kept["seeds"])
+    for sender, message in messages.items():
+        if sender < me:
+            seeds[sender] = _as_bytes(message["pair seed"])
+    everyone = {**messages, me: kept["own"]}
+    rows = {p: int(m["rows"]) for p, m in everyone.items()}
+    n_rows = sum(rows.values())
+    mean = sum(np.asarray(everyone[p]["column sums"], dtype=np.float64) for p in sorted(everyone))
+    mean = mean / n_rows
+    spread = float(np.abs(data - mean).max()) if data.shape[0] else 0.0
+    exponent = int(np.frexp(spread)[1]) if spread > 0 else -1074
+    view = _setup_view(everyone)
+    new = {
+        **kept,
+        "stage": "revealed",
+        "seeds": seeds,
+        "rows": rows,
+        "n_rows": n_rows,
+        "mean": mean,
+        "commitments": {p: _as_bytes(m["commitment"]) for p, m in everyone.items()},
+        "local": {
+            p: (np.asarray(m["local centers"]), np.asarray(m["local sizes"]))
+            for p, m in everyone.items()
+            if "local centers" in m
+        },
+        "view": view,
+    }
+    message = {
+        "nonce": kept["nonce"],
+        "exponent": np.int64(exponent),
+        "view": view,
+    }
+    new["own"] = message
+    return Reply(
+        to_peers={p: message for p in participants if p != me},
+        keep={_STATE: new},
+        send=np.int8(0),
+    )
+
+
+def _setup_view(everyone):
+    parts = []
+    for p in sorted(everyone):
+        m = everyone[p]
+        parts += [np.int64(p), m["parameters"], m["commitment"], np.int64(m["rows"])]
+        parts.append(np.asarray(m["column sums"], dtype=np.float64))
+        if "local centers" in m:
+            parts += [np.asarray(m["local centers"], np.float64), np.asarray(m["local sizes"])]
+    return _digest(*parts)
+
+
+def _stage(state, *expected):
+    kept = state.get(_STATE)
+    if kept is None or kept["stage"] not in expected:
+        raise NodeRefusal(
+            "stage",
+            f"blind k-means step out of order (this node is at "
+            f"{None if kept is None else kept['stage']!r}, the step needs {expected})",
+        )
+    return kept
+
+
+def _starts(kept, seed):
+    """The starting centers of every run, computed alike on every node."""
+    if kept["init"] is not None:
+        return [kept["init"]]
+    pooled = [kept["local"][p] for p in sorted(kept["local"])]
+    return [
+        weighted_kmeans_on_centers(
+            pooled,
+            n_clusters=kept["n_clusters"],
+            n_init=START_RESTARTS,
+            seed=int.from_bytes(_digest(seed, np.int64(r))[:4], "big") >> 1,
+            max_iter=kept["max_iter"],
+        )
+        for r in range(kept["n_init"])
+    ]
+
+
+@peer_masked
+@reads(TAG_REVEAL, TAG_ROUND)
+def blind_iteration_step(data, inbox, state, party):
+    """One round per Lloyd iteration: add the peers' uploads, move the centers, upload again.
+
+    The first round opens the nonces (each must match its commitment), draws
+    the starts from them and fixes the fixed-point scales. Every round then
+    adds this node's upload to every peer's, takes the masks off, and moves
+    each run's centers as scikit-learn's Lloyd does: the new centers are
+    the means of their clusters (an empty cluster keeps its center), a run
+    stops on no row changing cluster, on a squared center shift of at most
+    ``tol`` times the pooled per-feature variance, or at ``max_iter``. Then
+    it uploads, masked, the statistics of the runs still going (or, when all
+    have stopped, its final labels' inertia, sizes and presence per cluster).
+    The coordinator gets one byte: whether this node has uploaded its final
+    statistics.
+    """
+    kept = _stage(state, "revealed", "iterating")
+    me, participants = party.index, kept["participants"]
+    kept = dict(kept)
+    if kept["stage"] == "revealed":
+        kept = _open_start(kept, _peer_messages(inbox, TAG_REVEAL, participants, me), me)
+    else:
+        messages = _peer_messages(inbox, TAG_ROUND, participants, me)
+        _check_views(messages, kept["view"], TAG_ROUND)
+        totals = _add_uploads(kept, messages)
+        kept["view"] = _round_view(kept, messages, me)
+        if kept["final"]:
+            raise NodeRefusal("stage", "this node has uploaded its final statistics already")
+        _advance(kept, totals)
+    runs = kept["runs"]
+    if all(run.done for run in runs):
+        values, scales = _final_statistics(kept, data)
+        kept["final"] = True
+    else:
+        values, scales = _iteration_statistics(kept, data)
+    kept["round"] += 1
+    kept["scales"] = scales
+    upload = (encode(values, scales) + mask(len(values), kept["seeds"], me, kept["round"])) % _MOD
+    message = {
+        "upload": to_words(upload),
+        "view": kept["view"],
+    }
+    kept["own"] = message
+    kept["stage"] = "iterating"
+    return Reply(
+        to_peers={p: message for p in participants if p != me},
+        keep={_STATE: kept},
+        send=np.int8(kept["final"]),
+    )
+
+
+def _open_start(kept, messages, me):
+    """The runs' starts and the fixed-point exponent, from the revealed nonces and exponents."""
+    _check_views(messages, kept["view"], TAG_REVEAL)
+    nonces = {me: kept["nonce"]}
+    for sender, message in messages.items():
+        nonce = _as_bytes(message["nonce"])
+        if _digest(b"nonce", nonce) != kept["commitments"][sender]:
+            raise NodeRefusal(
+                "sampling", f"participant {sender}'s nonce does not open its commitment"
+            )
+        nonces[sender] = nonce
+    exponents = {p: int(m["exponent"]) for p, m in messages.items()}
+    exponents[me] = int(kept["own"]["exponent"])
+    order = kept["participants"]
+    starts = _starts(kept, _digest(*[nonces[p] for p in order]))
+    # Starting centers outside the rows' hull (an array init) widen the bound.
+    extent = max(float(np.abs(np.asarray(s) - kept["mean"]).max()) for s in starts)
+    exponent = max(max(exponents.values()), int(np.frexp(extent)[1]) if extent > 0 else -1074)
+    return {
+        **kept,
+        # Identical rows (no spread) still get scales a float can hold.
+        "exponent": max(exponent, _LEAST_EXPONENT),
+        "runs": [_Run(s) for s in starts],
+        "round": 0,
+        "final": False,
+        "variance": None,
+        "view": _digest(
+            kept["view"],
+            *[nonces[p] for p in order],
+            np.array([exponents[p] for p in order], dtype=np.int64),
+        ),
+    }
+
+
+def _round_view(kept, messages, me):
+    """The transcript so far: the last view and every participant's upload, in order."""
+    uploads = {**{p: m["upload"] for p, m in messages.items()}, me: kept["own"]["upload"]}
+    return _digest(kept["view"], *[np.asarray(uploads[p]) for p in sorted(uploads)])
+
+
+def _add_uploads(kept, messages):
+    total = from_words(kept["own"]["upload"])
+    for message in messages.values():
+        words = np.asarray(message["upload"])
+        if words.shape != (len(total), 2):
+            raise NodeRefusal(
+                "well-formed", f"an upload of shape {words.shape}; expected ({len(total)}, 2)"
+            )
+        total = (total + from_words(words)) % _MOD
+    return decode(total, kept["scales"])
+
+
+def _active(kept):
+    return [run for run in kept["runs"] if not run.done]
+
+
+def _iteration_statistics(kept, data):
+    k, d = kept["n_clusters"], data.shape[1]
+    active = _active(kept)
+    first = kept["variance"] is None
+    parts = []
+    for run in active:
+        labels, sums, counts, _, changed = lloyd_pass(data, run.centers, run.labels, inertia=False)
+        run.labels = labels
+        parts += [sums.ravel(), counts.astype(np.float64), [float(changed)]]
+    if first:
+        parts.append(((data - kept["mean"]) ** 2).sum(axis=0))
+    values = np.concatenate(parts)
+    scales = fixed_point_scales(kept["exponent"], kept["n_rows"], d, k, len(active), first)
+    _check_bounds(values, scales)
+    return values, scales
+
+
+def _final_statistics(kept, data):
+    k, d = kept["n_clusters"], data.shape[1]
+    parts = []
+    for run in kept["runs"]:
+        if not run.strict:
+            # scikit-learn relabels with the final centers unless no row moved.
+            run.labels, _, _, _, _ = lloyd_pass(data, run.centers, run.labels, inertia=False)
+        deviations = data - run.centers[run.labels]
+        counts = np.bincount(run.labels, minlength=k).astype(np.float64)
+        parts += [[float(np.einsum("ij,ij->", deviations, deviations))], counts]
+        parts.append((counts > 0).astype(np.float64))
+    values = np.concatenate(parts)
+    scales = final_scales(kept["exponent"], kept["n_rows"], d, k, len(kept["runs"]))
+    _check_bounds(values, scales)
+    return values, scales
+
+
+def _check_bounds(values, scales):
+    # An honest node's values always fit (the scales leave room for every row);
+    # a value that does not would wrap around the ring and corrupt the totals.
+    if not np.all(np.isfinite(values)) or np.any(np.abs(np.ldexp(values, scales)) >= 2.0**126):
+        raise NodeRefusal("well-formed", "a statistic exceeds the fit's fixed-point bounds")
+
+
+def _advance(kept, totals):
+    """Move every active run by the totals of its last upload, as scikit-learn's Lloyd."""
+    k, d = kept["n_clusters"], len(kept["mean"])
+    per_run = k * d + k + 1
+    active = _active(kept)
+    first = kept["variance"] is None
+    if first:
+        kept["variance"] = totals[len(active) * per_run :] / kept["n_rows"]
+        kept["tol_scaled"] = float(np.mean(kept["variance"])) * kept["tol"]
+    for r, run in enumerate(active):
+        block = totals[r * per_run : (r + 1) * per_run]
+        sums = block[: k * d].reshape(k, d)
+        counts = block[k * d : k * d + k]
+        changed = block[-1]
+        if round(counts.sum()) != kept["n_rows"]:
+            raise NodeRefusal(
+                "well-formed",
+                f"the clusters' counts add up to {counts.sum():g} rows; the participants "
+                f"hold {kept['n_rows']}",
+            )
+        filled = counts > 0
+        new = run.centers.copy()
+        new[filled] = run.centers[filled] + sums[filled] / counts[filled, None]
+        shift = float(((new - run.centers) ** 2).sum())
+        run.centers = new
+        run.n_iter += 1
+        if changed == 0:
+            run.done = run.strict = True
+        elif shift <= kept["tol_scaled"] or run.n_iter >= kept["max_iter"]:
+            run.done = True
+
+
+@summary
+@reads(TAG_ROUND)
+def blind_release_step(data, inbox, state, party):
+    """The release: the final centers, sizes, ``n_iter`` and inertia, to the coordinator.
+
+    Each node opens the final totals and releases the run of least inertia,
+    only if every released cluster holds at least the node policy's
+    ``min-rows-per-vector`` rows and ``min-sum-participants`` clients (an
+    empty cluster releases its center with size 0). Every node sends the
+    same result; the coordinator checks they agree.
+    """
+    kept = dict(_stage(state, "iterating"))
+    if not kept["final"]:
+        raise NodeRefusal("stage", "the final statistics have not been uploaded")
+    me, participants = party.index, kept["participants"]
+    messages = _peer_messages(inbox, TAG_ROUND, participants, me)
+    _check_views(messages, kept["view"], TAG_ROUND)
+    totals = _add_uploads(kept, messages)
+    k = kept["n_clusters"]
+    best = None
+    for r, run in enumerate(kept["runs"]):
+        block = totals[r * (2 * k + 1) : (r + 1) * (2 * k + 1)]
+        inertia, sizes, clients = block[0], block[1 : k + 1], block[k + 1 :]
+        if round(sizes.sum()) != kept["n_rows"]:
+            raise NodeRefusal("well-formed", "the final sizes do not add up to the rows")
+        if best is None or inertia < best[0]:
+            best = (inertia, run, sizes, clients)
+    inertia, run, sizes, clients = best
+    _check_release(party.policy, sizes, clients)
+    labels = run.labels
+    kept["stage"] = "released"
+    return Reply(
+        send=(
+            run.centers,
+            np.rint(sizes).astype(np.int64),
+            np.array([run.n_iter], dtype=np.int64),
+            np.array([inertia]),
+        ),
+        keep={_STATE: {"stage": "released"}},
+        output={"labels": labels},
+    )
+
+
+def _check_release(policy, sizes, clients):
+    rows, members = policy.min_rows_per_vector, policy.min_sum_participants
+    for j in np.flatnonzero(sizes > 0):
+        if rows is not None and sizes[j] < rows:
+            raise NodeRefusal(
+                "min-rows-per-vector",
+                f"cluster {j} of the result holds {sizes[j]:g} rows (fewer than "
+                f"min-rows-per-vector={rows}): its center would be a near-row",
+            )
+        if policy.refuse_raw_rows and clients[j] < members:
+            raise NodeRefusal(
+                "min-sum-participants",
+                f"cluster {j} of the result holds rows of {clients[j]:g} clients (fewer "
+                f"than min-sum-participants={members})",
+            )
