@@ -659,6 +659,9 @@ class InProcessRuntime(Runtime):
         self.seeds = federation.seeds
         self.n_jobs = n_jobs
         self.name = name
+        # The method a node agrees to: the estimator class ("DCClustering.predict" is
+        # a run of DCClustering's steps); an unnamed runtime is a user's own protocol.
+        self._method = str(name).partition(".")[0] or None if name else None
         if session is not None:
             self.n_parties = session._n_parties
             self.seeds = session._seeds
@@ -845,7 +848,7 @@ class InProcessRuntime(Runtime):
                 self._states[c],
                 self._party(c, n_threads),
                 {**public, **per_client.get(c, {})},
-                self.name or None,
+                self._method,
             )
             for c, inbox in zip(targets, inboxes)
         )

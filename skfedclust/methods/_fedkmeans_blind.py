@@ -46,6 +46,7 @@ import numpy as np
 
 from ..federation import Reply, reads
 from ..node._declarations import data_independent, peer_masked, summary
+from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
 from ._kfed import kfed_local_centers, weighted_kmeans_on_centers
@@ -279,6 +280,7 @@ def blind_setup_step(
             message["pair seed"] = seeds[other]
         to_peers[other] = message
     keep = {
+        LOCKED_TO: (__name__,),
         _STATE: {
             "stage": "set up",
             "parameters": parameters,
@@ -291,7 +293,7 @@ def blind_setup_step(
             "nonce": nonce,
             "seeds": seeds,
             "own": common,
-        }
+        },
     }
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
 

@@ -26,7 +26,11 @@ from ._declarations import declared_releases
 from ._policy import charged_to_node
 from ._refusal import NodeRefusal
 
-__all__ = ["admit_step", "call_step", "serve_step"]
+__all__ = ["LOCKED_TO", "admit_step", "call_step", "serve_step"]
+
+#: Kept by a step that commits the node to one protocol for the rest of the fit
+#: (the coordinator-blind k-means): the modules whose steps the node still runs.
+LOCKED_TO = "node: this fit runs only the steps of"
 
 #: Whether a step that declares no release is refused (every step of the
 #: package declares one; a user's own step must too).
@@ -95,6 +99,7 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
     """
     policy = party.policy
     admit_step(step, policy, method)
+    _check_lock(step, state)
     with serving(policy, method):
         reply = run(step, data, inbox, state, party, public)
     reply = _check_reply(reply, step, party.index)
@@ -107,3 +112,20 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
         charged=charged_to_node(reply, step, state),
     )
     return reply
+
+
+def _check_lock(step, state):
+    """Refuse a step outside the protocol the node committed this fit to (rule ``agreed-method``).
+
+    Once a node set up a coordinator-blind fit, a step of the same method
+    that would hand the coordinator per-iteration totals (its Lloyd
+    statistics for centers the coordinator sends) is refused for the rest of
+    the fit: the coordinator cannot switch protocols half-way.
+    """
+    modules = state.get(LOCKED_TO) if state is not None else None
+    if modules and step.__module__ not in modules:
+        raise NodeRefusal(
+            "agreed-method",
+            f"this node committed the fit to the steps of {', '.join(modules)}; "
+            f"it runs no other step ({step_name(step)}) until the fit ends",
+        )
