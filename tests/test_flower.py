@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
 
 pytest.importorskip("flwr")
 pytest.importorskip("cryptography")
@@ -345,6 +347,11 @@ ESTIMATORS = {
         n_clusters=5,
         init=np.vstack([np.vstack(_clients())[:4], [[1e3, 1e3]]]),
         random_state=7,
+    ),
+    # Lloyd on the nodes: statistics to peers only, sealed; the same start as in
+    # process (the k-FED start's seed comes from the nodes' own nonces).
+    "FederatedKMeans-blind": lambda: FederatedKMeans(
+        n_clusters=4, init=np.vstack(_clients())[:4], coordinator="blind", random_state=7
     ),
 }
 
@@ -2103,3 +2110,16 @@ def test_a_callable_init_is_refused_on_flower_before_any_exchange():
 
     with pytest.raises(ValueError, match="a deployed node runs only the package's client steps"):
         _local_fit(FederatedKMeans(4, init=first_rows, random_state=0), _clients())
+
+
+def test_a_blind_federated_kmeans_on_flower_starts_from_the_nodes_own_nonces():
+    # The nodes' nonces come from their operating system's entropy: the start
+    # is theirs alone, and every node released the same result (the server
+    # checks it), with nothing sent down to them but the protocol's steps.
+    clients = _clients()
+    estimator, memory, _ = _local_fit(FederatedKMeans(4, coordinator="blind"), clients)
+    reference = KMeans(4, n_init=10, random_state=0).fit(np.vstack(clients))
+    labels = memory.rows("labels", 4)
+    assert adjusted_rand_score(reference.labels_, labels) > 0.99
+    assert estimator.communication_["bytes_down"] == 0
+    assert estimator.n_iter_ >= 1
