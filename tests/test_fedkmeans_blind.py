@@ -24,6 +24,8 @@ from skfedclust.methods._fedkmeans_blind import (
     decode,
     encode,
     fixed_point_scales,
+    ring_add,
+    ring_neg,
 )
 from skfedclust.methods._fedkmeans_steps import TAG_CENTERS, fedkmeans_lloyd_statistics
 from skfedclust.node import NodePolicy, NodeRefusal
@@ -131,10 +133,15 @@ def test_the_ring_holds_every_total_exactly():
     # Counts are whole numbers at scale 0.
     for v in values:
         v[k * d : k * d + k + 1] = np.rint(np.abs(v[k * d : k * d + k + 1]) * 10)
-    total = sum(encode(v, scales) for v in values) % (1 << 128)
-    # Exact: the correctly rounded sum of the floats, not a float sum's rounding.
-    exact = [math.fsum(column) for column in zip(*values)]
-    np.testing.assert_array_equal(decode(total, scales), exact)
+    total = encode(values[0], scales)
+    for v in values[1:]:
+        total = ring_add(total, encode(v, scales))
+    # The exact sum of the floats, within the one rounding of its decoding (a
+    # float sum rounds at every addition).
+    exact = np.array([math.fsum(column) for column in zip(*values)])
+    np.testing.assert_allclose(decode(total, scales), exact, rtol=2**-52, atol=0)
+    # Negative totals wrap around the ring and come back.
+    np.testing.assert_array_equal(decode(ring_neg(total), scales), -decode(total, scales))
 
 
 # --------------------------------------------------------------------------- #

@@ -40,7 +40,6 @@ decodes the same floats.
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 
@@ -58,9 +57,6 @@ TAG_ROUND = "blind iteration"
 TAG_RESULT = "blind result"
 
 _STATE = "blind k-means: state"
-_MOD = 1 << 128
-_HALF = 1 << 127
-_WORD = (1 << 64) - 1
 #: Below any float64's binary exponent: the scales of rows without spread stay finite.
 _LEAST_EXPONENT = -1000
 #: The restarts of the weighted k-means++ every node runs on the local centers.
@@ -68,53 +64,72 @@ START_RESTARTS = 10
 
 
 # --------------------------------------------------------------------------- #
-# The ring: integers modulo 2**128, sent as (high, low) 64-bit words
+# The ring: integers modulo 2**128, as (high, low) 64-bit words
 # --------------------------------------------------------------------------- #
-def to_words(values):
-    """Ring elements (Python ints) as an array of (high, low) uint64 words."""
-    values = [int(v) % _MOD for v in values]
-    words = np.empty((len(values), 2), dtype=np.uint64)
-    words[:, 0] = [v >> 64 for v in values]
-    words[:, 1] = [v & _WORD for v in values]
-    return words
+_TWO_32 = 2.0**32
+_TWO_64 = 2.0**64
 
 
-def from_words(words):
-    """The ring elements of an array of (high, low) words, as Python ints."""
-    words = np.asarray(words, dtype=np.uint64).reshape(-1, 2)
-    high = words[:, 0].astype(object)
-    low = words[:, 1].astype(object)
-    return (high << 64) | low
+def ring_add(a, b):
+    """``a + b`` modulo 2**128, element-wise, for arrays of (high, low) uint64 words."""
+    low = a[:, 1] + b[:, 1]
+    carry = (low < a[:, 1]).astype(np.uint64)
+    return np.stack([a[:, 0] + b[:, 0] + carry, low], axis=1)
+
+
+def ring_neg(a):
+    """``-a`` modulo 2**128 (two's complement), element-wise."""
+    low = ~a[:, 1] + np.uint64(1)
+    carry = (low == 0).astype(np.uint64)
+    return np.stack([~a[:, 0] + carry, low], axis=1)
 
 
 def encode(values, scales):
-    """``values`` in fixed point, ``round(v * 2**scale)`` modulo 2**128 (object array)."""
-    scaled = np.rint(np.ldexp(np.asarray(values, dtype=np.float64), scales))
-    return np.array([int(v) % _MOD for v in scaled.tolist()], dtype=object)
+    """``values`` in fixed point, ``round(v * 2**scale)`` modulo 2**128, as (high, low) words.
 
-
-def decode(elements, scales):
-    """The floats of ring ``elements`` encoded with ``scales`` (signed, centred on 0).
-
-    Python converts an integer to the nearest double, so every node decodes
-    the same bits from the same totals.
+    Scaling by a power of two and rounding a float to an integer are exact,
+    and so is splitting the integer into words (``fmod`` by a power of two).
     """
-    signed = [int(e) - _MOD if int(e) >= _HALF else int(e) for e in elements]
-    return np.array(
+    scaled = np.rint(np.ldexp(np.asarray(values, dtype=np.float64), scales))
+    magnitude = np.abs(scaled)
+    low = np.fmod(magnitude, _TWO_64)
+    high = (magnitude - low) / _TWO_64
+    low_high = np.floor(low / _TWO_32)
+    low_low = low - low_high * _TWO_32
+    words = np.stack(
         [
-            math.ldexp(float(v), -int(s))
-            for v, s in zip(signed, np.broadcast_to(scales, len(signed)))
-        ]
+            high.astype(np.uint64),
+            (low_high.astype(np.uint64) << np.uint64(32)) | low_low.astype(np.uint64),
+        ],
+        axis=1,
     )
+    negative = scaled < 0
+    words[negative] = ring_neg(words[negative])
+    return words
+
+
+def decode(words, scales):
+    """The floats of ring elements encoded with ``scales`` (signed, centred on 0).
+
+    The same float operations on the same words: every node decodes the same
+    bits from the same totals.
+    """
+    words = np.asarray(words, dtype=np.uint64).reshape(-1, 2)
+    negative = words[:, 0] >= np.uint64(1 << 63)
+    words = words.copy()
+    words[negative] = ring_neg(words[negative])
+    magnitude = words[:, 0].astype(np.float64) * _TWO_64 + words[:, 1].astype(np.float64)
+    return np.ldexp(np.where(negative, -magnitude, magnitude), -np.asarray(scales))
 
 
 def mask(length, pair_seeds, me, round_):
     """The sum of this node's pairwise masks of a round (added towards higher indices)."""
-    total = np.zeros(length, dtype=object)
+    total = np.zeros((length, 2), dtype=np.uint64)
+    domain = f"blind k-means mask|{round_}".encode()
     for other, seed in pair_seeds.items():
-        stream = from_words(keystream(seed, f"blind k-means mask|{round_}".encode(), 2 * length))
-        total = total + stream if other > me else total - stream
-    return total % _MOD
+        stream = keystream(seed, domain, 2 * length).reshape(length, 2)
+        total = ring_add(total, stream if other > me else ring_neg(stream))
+    return total
 
 
 def fixed_point_scales(exponent, n_rows, n_features, n_clusters, n_runs, first):
@@ -435,9 +450,9 @@ def blind_iteration_step(data, inbox, state, party):
         values, scales = _iteration_statistics(kept, data)
     kept["round"] += 1
     kept["scales"] = scales
-    upload = (encode(values, scales) + mask(len(values), kept["seeds"], me, kept["round"])) % _MOD
+    upload = ring_add(encode(values, scales), mask(len(values), kept["seeds"], me, kept["round"]))
     message = {
-        "upload": to_words(upload),
+        "upload": upload,
         "view": kept["view"],
     }
     kept["own"] = message
@@ -490,14 +505,16 @@ def _round_view(kept, messages, me):
 
 
 def _add_uploads(kept, messages):
-    total = from_words(kept["own"]["upload"])
+    total = kept["own"]["upload"]
     for message in messages.values():
         words = np.asarray(message["upload"])
-        if words.shape != (len(total), 2):
+        if words.shape != total.shape or words.dtype != np.uint64:
             raise NodeRefusal(
-                "well-formed", f"an upload of shape {words.shape}; expected ({len(total)}, 2)"
+                "well-formed",
+                f"an upload of shape {words.shape} and dtype {words.dtype}; expected "
+                f"{total.shape} uint64 words",
             )
-        total = (total + from_words(words)) % _MOD
+        total = ring_add(total, words)
     return decode(total, kept["scales"])
 
 
