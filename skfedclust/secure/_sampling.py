@@ -37,6 +37,7 @@ import numpy as np
 
 from ..federation import Reply
 from ..federation._runtime import reads
+from ..node._declarations import data_independent
 
 __all__ = [
     "TAG_COMMITS",
@@ -88,6 +89,7 @@ def public_sample(seed, iteration, active, size):
     return sorted(active[i] for i in order)
 
 
+@data_independent
 @reads()
 def sampling_commit_step(data, inbox, state, party, *, horizon):
     """Client step: commit to a fresh nonce (and the fit's horizon) for the sampling seed."""
@@ -106,6 +108,7 @@ def sampling_commit_step(data, inbox, state, party, *, horizon):
     )
 
 
+@data_independent
 @reads(TAG_COMMITS)
 def sampling_reveal_step(data, inbox, state, party):
     """Client step: find its commitment among those relayed, then reveal its nonce."""
