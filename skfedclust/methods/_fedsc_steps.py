@@ -17,14 +17,7 @@ from ..node._declarations import dp_release, on_private_rows
 from ..node._dp import charge_node, private_normal
 from ..node._policy import PRIVATE_ROWS
 from ..node._sum_guard import SumRefusal
-from ..secure._dp import (
-    clip_columns,
-    clip_rows,
-    coef_norm_bound,
-    coef_sensitivity,
-    dictionary_sensitivity,
-    relative_noise_scale,
-)
+from ..secure._dp import clip_rows, coef_sensitivity, dictionary_sensitivity, relative_noise_scale
 from ._fedsc_core import (
     MAX_SAMPLES,
     client_update,
@@ -472,11 +465,6 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
         sensitivity = _coef_sensitivity(reg, dictionary.shape[0], clip)
         keep = _charge_node(state, party, [("coefficients", sensitivity, coef_noise)])
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)
-    if charged:
-        # Each vector within tau_C, as the sensitivity 2 tau_C assumes: exact
-        # for the ridge minimiser, and kept so when an ill-conditioned
-        # K(Z, Z) + lam I (duplicated atoms, a tiny lam) rounds past it.
-        coef = clip_columns(coef, coef_norm_bound(lam=reg, n_components=dictionary.shape[0]))
     # Noise and clipping act on one sample's vector: a row of C^T.
     noisy, sigma = _perturb(coef.T, coef_noise, party, "coefficients")
     send = {"coef": noisy.T}
