@@ -595,3 +595,44 @@ def test_a_node_reads_its_trusted_shares_from_its_node_config():
     assert NodePolicy.from_node_config({"dp-trusted-shares": "3"}).dp_trusted_shares == 3
     with pytest.raises(ValueError, match="dp-trusted-shares"):
         NodePolicy.from_node_config({"dp-trusted-shares": "0"})
+
+
+@pytest.mark.parametrize("init", ["sphere-packing", "random"])
+def test_the_fixed_point_bounds_hold_every_node_adding_the_whole_noise(monkeypatch, init):
+    # Nodes with the default dp-trusted-shares = 1 add the whole sigma to each
+    # summand, whatever the estimator announces: the public fixed-point bounds
+    # of the private sums leave each client 40 of those sigmas, not 40 of its
+    # announced share (with a thousand clients, 40 / sqrt(501) would be
+    # exceeded by nearly one draw in ten).
+    from skfedclust.methods import _fedkmeans_dp
+
+    margin, headroom = _fedkmeans_dp._MARGIN, _fedkmeans_dp._NOISE_HEADROOM
+    rng = np.random.default_rng(0)
+    clients = [rng.normal(size=(40 + i, 3)) for i in range(5)]
+    n_c, half = max(len(c) for c in clients), 7.5
+    asked = []
+    original = _fedkmeans_dp.DPPlan.noisy_sum
+
+    def recording(plan, adder, step, **public):
+        asked.append((step.__name__, public, plan))
+        return original(plan, adder, step, **public)
+
+    monkeypatch.setattr(_fedkmeans_dp.DPPlan, "noisy_sum", recording)
+    FederatedKMeans(2, privacy="dp", bounds=(-7.5, 7.5), init=init, random_state=0).fit(clients)
+    assert {name for name, _, _ in asked} >= {
+        "fedkmeans_dp_lloyd_statistics",
+        "fedkmeans_dp_inertia",
+    }
+    for name, public, plan in asked:
+        assert public["noise_share"] == 3  # a majority of five: announced, not trusted
+        bounds = public["bounds"]
+        if name == "fedkmeans_dp_lloyd_statistics":
+            noise = [public["sigma"], 2 * public["sigma"] / plan.diagonal]
+            data = [n_c * half, n_c]
+        elif name == "fedkmeans_dp_inertia":
+            noise, data = [public["sigma"]], [n_c * plan.diagonal**2]
+        else:
+            noise = [public["sigma_sums"], public["sigma_squares"]]
+            data = [n_c * half, n_c * half**2]
+        for bound, sigma, rows in zip(bounds, noise, data):
+            assert bound >= margin * (rows + headroom * sigma) * (1 - 1e-12)
