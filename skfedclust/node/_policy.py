@@ -42,6 +42,15 @@ node therefore checks each request against its own policy before it answers:
     rule ``dp-only``): exact statistics, in the clear or inside a secure sum,
     would bypass the budget. It answers no bound agreement (rule
     ``dp-bounds``): its bounds are the public box.
+``dp-trusted-shares``
+    How many clients' shares of a noisy sum's noise the node counts on
+    (default 1). The coordinator announces ``t`` shares; the node adds
+    ``sigma / sqrt(min(t, dp-trusted-shares))`` inside a secure sum (the
+    whole ``sigma`` outside one) and unmasks no sum announced with fewer
+    survivors than that (rule ``noise-share``): two participants colluding
+    with the coordinator cannot cut its noise by announcing a larger ``t``.
+    Set it to ``k`` where fewer than ``k`` of the other participants are
+    trusted not to collude with the coordinator.
 ``dp-neighbouring``
     The neighbouring relation of that budget: ``replace-one`` (the default
     and the only one a node can hold). Every message a node sends is
