@@ -224,18 +224,26 @@ def test_fedsc_releases_are_charged_to_the_nodes_own_budget(params):
 
 
 @pytest.mark.parametrize(
-    "params",
+    "params, rule",
     [
-        dict(n_rounds=2, kmeans_n_init=2, random_state=0),
-        dict(privacy="data", noise_ratio=0.3, n_rounds=2, kmeans_n_init=2, random_state=0),
-        dict(privacy="factors", noise_ratio=0.1, n_rounds=2, kmeans_n_init=2, random_state=0),
+        # Without privacy the fit first asks a bound agreement on the raw rows.
+        (dict(n_rounds=2, kmeans_n_init=2, random_state=0), "dp-bounds"),
+        (
+            dict(privacy="data", noise_ratio=0.3, n_rounds=2, kmeans_n_init=2, random_state=0),
+            "dp-noise",
+        ),
+        # The set-up sums of the raw rows (no bandwidth given) start with a bound.
+        (
+            dict(privacy="factors", noise_ratio=0.1, n_rounds=2, kmeans_n_init=2, random_state=0),
+            "dp-bounds",
+        ),
     ],
     ids=["no privacy", "relative data noise", "relative factor noise"],
 )
-def test_fedsc_releases_without_calibrated_noise_are_refused_by_a_node_with_a_budget(params):
+def test_fedsc_releases_without_calibrated_noise_are_refused_by_a_node_with_a_budget(params, rule):
     from skfedclust import FedSpectralClustering
 
-    with simulated_nodes(dp_epsilon=1.0), refused("dp-noise"):
+    with simulated_nodes(dp_epsilon=1.0), refused(rule):
         FedSpectralClustering(3, **params).fit(_iris_clients())
     # Without a budget of its own a node takes part (the paper's experiments).
     FedSpectralClustering(3, **params).fit(_iris_clients())

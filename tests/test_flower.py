@@ -1885,6 +1885,7 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "min_sum_participants": 3,
                 "allow_clear_sums": False,
                 "dp_epsilon": None,
+                "dp_trusted_shares": 1,
                 "privacy_ledger": True,
                 "max_fits": None,
                 "max_bound_queries": 8,

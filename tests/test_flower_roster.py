@@ -186,6 +186,7 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "min_sum_participants": 5,
         "allow_clear_sums": False,
         "dp_epsilon": None,
+        "dp_trusted_shares": 1,
         "privacy_ledger": True,
         "max_fits": None,
         "max_bound_queries": 8,

@@ -150,6 +150,7 @@ def policy_summary(policy, node_config):
         "min_sum_participants": int(policy.min_sum_participants),
         "allow_clear_sums": bool(policy.allow_clear_sums),
         "dp_epsilon": policy.dp_epsilon,
+        "dp_trusted_shares": int(policy.dp_trusted_shares),
         "privacy_ledger": policy.privacy_ledger is not None,
         "max_fits": policy.max_fits,
         "max_bound_queries": policy.max_bound_queries,

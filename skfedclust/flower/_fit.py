@@ -388,6 +388,7 @@ def fit_on_flower(
         its handshake: ``allowed_methods`` (``None``: any),
         ``min_rows_per_vector``, ``refuse_raw_rows``, ``min_sum_participants``,
         ``allow_clear_sums``, ``dp_epsilon`` (its own budget, ``None``: none),
+        ``dp_trusted_shares`` (the noise shares it counts on),
         ``privacy_ledger`` (the budget holds across fits), ``max_fits``,
         ``max_bound_queries``,
         ``trusted_identities`` (it has a trust file) and

@@ -402,7 +402,7 @@ class FederatedKMeans(
     privacy_accountant_ : PrivacyAccountant or None
         Every release of the private fit, charged before it was made.
     noise_scales_ : dict
-        Standard deviations of the noise in each released sum under
+        Standard deviations of the least noise in each released sum under
         ``privacy="dp"`` (``"sums"``, ``"counts"``, ``"inertia"``, and with
         the random start ``"moment sums"``, ``"moment squares"``); empty
         otherwise.
@@ -469,12 +469,16 @@ class FederatedKMeans(
     (:func:`~skfedclust.secure.gaussian_sigma` splits ``(epsilon, delta)``
     equally over its releases). The number of rows is public (the runtime
     reports each client's size), which is why the relation is replace-one.
-    Each client adds ``1 / t`` of the noise variance, ``t`` the fewest
-    clients a sum accepts (``min_clients``), so a sum that is released holds
-    at least the whole noise, and the guarantee holds against the server
-    colluding with all but ``t`` of the clients that answered; without
-    secure aggregation each client adds the whole noise to what it sends
-    (its upload is then private on its own). A cluster whose noisy count is
+    The estimator announces that ``t`` clients' shares make up the noise,
+    ``t`` the fewest clients a sum accepts (``min_clients``); each node adds
+    ``1 / min(t, k)`` of the noise variance, ``k`` its operator's
+    ``dp-trusted-shares`` (default 1: a deployed node adds the whole noise,
+    whatever is announced; a simulated party counts on ``t``), and a sum
+    that is released holds at least the whole noise; without secure
+    aggregation each client adds the whole noise to what it sends (its
+    upload is then private on its own). Each node projects the server's
+    centers into ``bounds`` before it computes, so the sensitivities hold
+    for any centers. A cluster whose noisy count is
     below ``max(1, 3 x`` its noise) keeps its center; centers are clipped to
     the box. The guarantee is that of the real-valued Gaussian mechanism:
     the fixed-point rounding of the secure sum and floating point are not

@@ -39,7 +39,10 @@ _MARGIN = 2.0
 #: ``dp_max_iter="auto"`` (the rule of Su et al. 2016, as diffprivlib uses).
 _DP_ITER_RANGE = (2, 7)
 #: Standard deviations of a client's noise within its fixed-point bound: the
-#: bound is exceeded with probability below 1e-340.
+#: bound is exceeded with probability below 1e-340. The bounds allow each
+#: client the whole ``sigma``: a node adds ``sigma / sqrt(s)`` for the ``s``
+#: shares it counts on, and its operator's ``dp-trusted-shares`` (default 1),
+#: not the announced share, sets ``s``.
 _NOISE_HEADROOM = 40.0
 
 
@@ -242,8 +245,8 @@ class NoisyIteration:
         n_c = model._max_size(self.runtime, participants)
         half = float(np.max(plan.upper - plan.lower)) / 2
         bounds = [
-            _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma),
-            _MARGIN * (n_c + _NOISE_HEADROOM * factor * plan.sigma_counts),
+            _MARGIN * (n_c * half + _NOISE_HEADROOM * plan.sigma),
+            _MARGIN * (n_c + _NOISE_HEADROOM * plan.sigma_counts),
         ]
         plan.charge("cluster sums and counts")
         total, survivors = plan.noisy_sum(
@@ -255,7 +258,8 @@ class NoisyIteration:
             sigma=plan.sigma,
             noise_share=client_noise_share(model, participants),
         )
-        # The noise of the counts in the sum (every answering client's share).
+        # The least noise of the counts in the sum (every answering client's
+        # share, if each counts on the announced shares; more where nodes trust fewer).
         self._noise = plan.sigma_counts * factor * math.sqrt(len(survivors))
         return total, survivors
 
@@ -337,7 +341,12 @@ def private_n_iter(model, runtime):
 
 
 def client_noise_share(model, participants):
-    """How many clients' shares make up the noise of a sum (each adds ``1 / t`` of it)."""
+    """How many clients' shares make up the noise of a sum, as announced: ``t``.
+
+    An announcement: each node counts on ``min(t, dp-trusted-shares)`` shares
+    (:func:`~skfedclust.node._dp.node_noise_share`), 1 by default (it adds the
+    whole ``sigma``); a simulated party counts on ``t``.
+    """
     if not model.secure_aggregation:
         # Each client's upload reaches the server: each carries the whole noise.
         return 1
@@ -428,12 +437,11 @@ def _noisy_sum(model, plan, adder, step, tag, bounds, clients, **public):
 
 def _private_random_starts(model, runtime, adder, plan, clients, random_state):
     """Gaussian starts around the private mean, with the private per-feature variance."""
-    factor = client_noise_factor(model, clients)
     n_c = model._max_size(runtime, clients)
     half = float(np.max(plan.upper - plan.lower)) / 2
     bounds = [
-        _MARGIN * (n_c * half + _NOISE_HEADROOM * factor * plan.sigma_moment_sums),
-        _MARGIN * (n_c * half**2 + _NOISE_HEADROOM * factor * plan.sigma_moment_squares),
+        _MARGIN * (n_c * half + _NOISE_HEADROOM * plan.sigma_moment_sums),
+        _MARGIN * (n_c * half**2 + _NOISE_HEADROOM * plan.sigma_moment_squares),
     ]
     plan.charge("column sums")
     plan.charge("column sums of squares")
@@ -463,10 +471,9 @@ def _private_random_starts(model, runtime, adder, plan, clients, random_state):
 
 
 def _private_inertia(model, runtime, adder, plan, centers, active, output):
-    factor = client_noise_factor(model, active)
     n_c = model._max_size(runtime, active)
     runtime.broadcast(centers, tag=TAG_CENTERS, clients=active)
-    bound = _MARGIN * (n_c * plan.diagonal**2 + _NOISE_HEADROOM * factor * plan.sigma_inertia)
+    bound = _MARGIN * (n_c * plan.diagonal**2 + _NOISE_HEADROOM * plan.sigma_inertia)
     plan.charge("inertia")
     runtime.stage("client step: noisy inertia" + (" and labels" if output else ""))
     total, _ = _noisy_sum(

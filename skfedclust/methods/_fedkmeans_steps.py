@@ -18,7 +18,14 @@ import numpy as np
 
 from ..clusterers import nearest_center, squared_distances
 from ..federation import Reply, bound_only, summand
-from ..node._dp import charge_node, private_normal
+from ..node._declarations import dp_release
+from ..node._dp import (
+    charge_node,
+    node_noise_share,
+    private_normal,
+    project_into_box,
+    public_box,
+)
 from ..secure._sampling import check_sampled
 from ._centroid_steps import cluster_means
 from ._lloyd_pass import lloyd_pass
@@ -217,14 +224,22 @@ def fedkmeans_final_labels(data, inbox, state, party):
 def dp_moments_exact(data, lower, upper):
     """The column sums of the rows clipped to the box and centred on its midpoint, and of their
     squares (before any noise)."""
-    lower, upper = np.asarray(lower), np.asarray(upper)
+    lower, upper = public_box(lower, upper)
     centred = np.clip(data, lower, upper) - (lower + upper) / 2
     return centred.sum(axis=0), np.einsum("ij,ij->j", centred, centred)
 
 
 def dp_lloyd_exact(data, centers, lower, upper):
-    """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise."""
-    lower, upper = np.asarray(lower), np.asarray(upper)
+    """Per-cluster sums (around the box's midpoint) and counts of the clipped rows, no noise.
+
+    The server's centers are projected into the box first
+    (:func:`~skfedclust.node._dp.project_into_box`): they decide only which
+    cluster a row joins, and in the box the deviations the Lloyd pass sums
+    keep the precision of the box's scale (a center at ``1e300`` would round
+    the sums away).
+    """
+    lower, upper = public_box(lower, upper)
+    centers = project_into_box(centers, lower, upper)
     _, sums, counts, _, _ = lloyd_pass(np.clip(data, lower, upper), centers, inertia=False)
     # Deviations from the centers, moved to the midpoint: every row then adds
     # at most half the box's diagonal, whatever the centers.
@@ -232,10 +247,21 @@ def dp_lloyd_exact(data, centers, lower, upper):
 
 
 def dp_inertia_exact(data, centers, lower, upper):
-    """The clipped rows' squared distances to their nearest center, summed (no noise)."""
-    clipped = np.clip(data, np.asarray(lower), np.asarray(upper))
+    """The clipped rows' squared distances to their nearest center, summed (no noise).
+
+    The server's centers are projected into the box first: a row and a center
+    both in the box are at most ``||w||`` apart, so each row adds at most
+    ``||w||^2``, the sensitivity the node charges, whatever centers it was sent.
+    """
+    lower, upper = public_box(lower, upper)
+    centers = project_into_box(centers, lower, upper)
+    clipped = np.clip(data, lower, upper)
     deviations = clipped - centers[nearest_center(clipped, centers)]
-    return np.array([np.einsum("ij,ij->", deviations, deviations)])
+    # Rounding may carry a squared distance a few ulps past ||w||^2: capped there.
+    squared = np.minimum(
+        np.einsum("ij,ij->i", deviations, deviations), _box_diagonal(lower, upper) ** 2
+    )
+    return np.array([squared.sum()])
 
 
 def _box_diagonal(lower, upper):
@@ -247,6 +273,7 @@ def fedkmeans_dp_extremes(data, inbox, state, party):
     return Reply(send=(data.min(axis=0), data.max(axis=0)))
 
 
+@dp_release
 @summand
 def fedkmeans_dp_moments(
     data, inbox, state, party, *, lower, upper, sigma_sums, sigma_squares, noise_share
@@ -256,11 +283,15 @@ def fedkmeans_dp_moments(
     Rows are clipped to the public box ``[lower, upper]`` and centred on its
     midpoint; sent are the column sums of the centred rows and of their
     squares. ``sigma_sums`` and ``sigma_squares`` are the noise each released
-    total holds, made of ``noise_share`` clients' shares: the node charges both
-    releases to its own accountant (sensitivities from the box), then adds its
-    share ``sigma / sqrt(noise_share)`` from its cryptographic generator.
+    total holds: the node charges both releases to its own accountant
+    (sensitivities from the box), then adds its share ``sigma / sqrt(s)``
+    from its cryptographic generator, ``s`` the shares it counts on
+    (:func:`~skfedclust.node._dp.node_noise_share`: at most its policy's
+    ``dp-trusted-shares``, whatever ``noise_share`` the server announces).
     """
-    width = np.asarray(upper, dtype=np.float64) - np.asarray(lower)
+    lower, upper = public_box(lower, upper)
+    share = node_noise_share(party, noise_share)
+    width = upper - lower
     keep = charge_node(
         state,
         party,
@@ -272,65 +303,71 @@ def fedkmeans_dp_moments(
                 sigma_squares,
             ),
         ],
-        noise_share,
+        share,
     )
     sums, squares = dp_moments_exact(data, lower, upper)
-    share = 1.0 / math.sqrt(noise_share)
+    factor = 1.0 / math.sqrt(share)
     d = data.shape[1]
     return Reply(
         send=(
-            sums + private_normal(party, share * sigma_sums, d),
-            squares + private_normal(party, share * sigma_squares, d),
+            sums + private_normal(party, factor * sigma_sums, d),
+            squares + private_normal(party, factor * sigma_squares, d),
         ),
         keep=keep,
     )
 
 
+@dp_release
 @summand
 def fedkmeans_dp_lloyd_statistics(data, inbox, state, party, *, lower, upper, sigma, noise_share):
     """Client step of one private Lloyd iteration: noisy per-cluster sums and counts.
 
-    Rows are clipped to the public box, assigned to the nearest of the
-    server's centers, and summed per cluster around the box's midpoint. The
-    released sums hold Gaussian noise of standard deviation ``sigma``, the
-    counts ``2 sigma / ||w||`` (``w`` the box's width), so the pair is one
-    release of ``mu = ||w|| / sigma``: the node charges it to its own
-    accountant and adds its share of both noises (``noise_share`` clients'
-    shares make them up) from its cryptographic generator.
+    Rows are clipped to the public box and the server's centers projected
+    into it; each row is assigned to its nearest center and summed per
+    cluster around the box's midpoint. The released sums hold Gaussian noise
+    of standard deviation ``sigma``, the counts ``2 sigma / ||w||`` (``w``
+    the box's width), so the pair is one release of ``mu = ||w|| / sigma``:
+    the node charges it to its own accountant and adds its share of both
+    noises (:func:`~skfedclust.node._dp.node_noise_share`) from its
+    cryptographic generator.
     """
     sampled = check_sampled(inbox, state, party)
+    lower, upper = public_box(lower, upper)
+    share = node_noise_share(party, noise_share)
     diagonal = _box_diagonal(lower, upper)
-    keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], noise_share)
+    keep = charge_node(state, party, [("cluster sums and counts", diagonal, sigma)], share)
     keep.update(sampled)
-    centers = np.asarray(inbox[TAG_CENTERS])
-    sums, counts = dp_lloyd_exact(data, centers, lower, upper)
-    share = 1.0 / math.sqrt(noise_share)
+    sums, counts = dp_lloyd_exact(data, inbox[TAG_CENTERS], lower, upper)
+    factor = 1.0 / math.sqrt(share)
     return Reply(
         send=(
-            sums + private_normal(party, share * sigma, sums.shape),
-            counts + private_normal(party, share * 2.0 * sigma / diagonal, counts.shape),
+            sums + private_normal(party, factor * sigma, sums.shape),
+            counts + private_normal(party, factor * 2.0 * sigma / diagonal, counts.shape),
         ),
         keep=keep,
     )
 
 
+@dp_release
 @summand
 def fedkmeans_dp_inertia(data, inbox, state, party, *, lower, upper, sigma, noise_share, output):
     """Client step: noisy sum of the clipped rows' squared distances to the nearest center.
 
-    The release (sensitivity ``||w||^2``) is charged to the node's own
-    accountant before its share of the noise is drawn. With ``output`` the
-    client also hands its user the labels of its rows (nearest center of the
-    rows as they are, as ``predict`` gives).
+    The server's centers are projected into the box before anything is
+    computed, so the release's sensitivity ``||w||^2`` holds for any centers;
+    it is charged to the node's own accountant before its share of the noise
+    is drawn. With ``output`` the client also hands its user the labels of
+    its rows (nearest projected center of the rows as they are, as
+    ``predict`` gives).
     """
-    keep = charge_node(
-        state, party, [("inertia", _box_diagonal(lower, upper) ** 2, sigma)], noise_share
-    )
-    centers = np.asarray(inbox[TAG_CENTERS])
+    lower, upper = public_box(lower, upper)
+    share = node_noise_share(party, noise_share)
+    keep = charge_node(state, party, [("inertia", _box_diagonal(lower, upper) ** 2, sigma)], share)
+    centers = project_into_box(inbox[TAG_CENTERS], lower, upper)
     inertia = dp_inertia_exact(data, centers, lower, upper)
     labels = nearest_center(data, centers) if output else None
     return Reply(
-        send=inertia + private_normal(party, sigma / math.sqrt(noise_share), 1),
+        send=inertia + private_normal(party, sigma / math.sqrt(share), 1),
         keep=keep,
         output={"labels": labels} if output else None,
     )

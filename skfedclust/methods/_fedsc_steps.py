@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Reply, bound_only, summand
-from ..node._declarations import on_private_rows
+from ..node._declarations import dp_release, on_private_rows
 from ..node._dp import charge_node, private_normal
 from ..node._policy import PRIVATE_ROWS
 from ..node._sum_guard import SumRefusal
@@ -106,6 +106,44 @@ def _charge_node(state, party, releases):
     return charge_node(state, party, sigmas, 1)
 
 
+def _positive(value, what):
+    """``value`` as a finite float > 0, or a refusal (rule ``dp-inputs``)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not (np.isfinite(number) and number > 0):
+        raise SumRefusal(
+            "dp-inputs",
+            f"{what}={value!r} is not a finite number > 0: the sensitivity this node "
+            "charges is computed from it",
+        )
+    return number
+
+
+def _check_factor_inputs(dictionary, bandwidth, reg, coef_clip):
+    """The server's inputs of a charged FedSC factor release, checked by the node.
+
+    The sensitivities (:func:`~skfedclust.secure.dictionary_sensitivity`,
+    :func:`~skfedclust.secure.coef_sensitivity`) hold for a dictionary of any
+    norm, duplicated atoms included (the ridge penalty keeps ``K(Z, Z) + lam
+    I`` invertible), but only for finite numbers: a NaN atom has no kernel
+    value. Returns the dictionary as float64.
+    """
+    dictionary = np.asarray(dictionary, dtype=np.float64)
+    if dictionary.ndim != 2 or not dictionary.shape[0] or not np.all(np.isfinite(dictionary)):
+        raise SumRefusal(
+            "dp-inputs",
+            "the dictionary is not a non-empty 2-D array of finite numbers: no sensitivity "
+            "this node charges covers it",
+        )
+    _positive(bandwidth, "bandwidth")
+    _positive(reg, "reg")
+    if coef_clip is not None:
+        _positive(coef_clip, "coef_clip")
+    return dictionary
+
+
 def _dictionary_sensitivity(bandwidth, n_components, learning_rate, reg, coef_clip):
     return dictionary_sensitivity(
         bandwidth=bandwidth,
@@ -136,6 +174,7 @@ def _require_private_rows(state, party, what):
 
 
 # ---------------------------------------------------------------- client side
+@dp_release
 def fedsc_prepare(
     data,
     inbox,
@@ -279,6 +318,7 @@ def _bandwidth_of(inbox, state, bandwidth):
     return inbox.get(TAG_BANDWIDTH, state.get("bandwidth"))
 
 
+@dp_release
 @on_private_rows
 def fedsc_round(
     data,
@@ -319,6 +359,9 @@ def fedsc_round(
     r = _bandwidth_of(inbox, state, bandwidth)
     dictionary = inbox[TAG_DICTIONARY]
     rows = _client_rows(data, state)
+    charged = "rows" not in state and _node_budget(party)
+    if charged:
+        _check_round_inputs(dictionary, r, reg, coef_clip, z_update, learning_rate, check_underflow)
     update = client_update(
         rows,
         dictionary,
@@ -330,7 +373,7 @@ def fedsc_round(
         check_underflow=check_underflow,
     )
     keep = {"bandwidth": r}
-    if "rows" not in state and _node_budget(party):
+    if charged:
         # Factors: the node charges each release, its sensitivity computed
         # from the constants it computes with (Eq. 14-16 with its clip).
         n_components = dictionary.shape[0]
@@ -369,11 +412,40 @@ def fedsc_round(
     return Reply(send=send, keep=keep)
 
 
+def _check_round_inputs(dictionary, bandwidth, reg, coef_clip, z_update, learning_rate, check):
+    """What a charged dictionary release takes from the server, checked by the node.
+
+    The dictionary's sensitivity is that of one gradient step of a fixed size
+    (Eq. 16): the preconditioned step scales by the rows' own kernel, and a
+    data-dependent step size is not covered; the underflow check raises an
+    error that depends on the rows, which no noise covers. Each is refused
+    (rule ``dp-inputs``), whatever the coordinator asks.
+    """
+    _check_factor_inputs(dictionary, bandwidth, reg, coef_clip)
+    if z_update != "gradient":
+        raise SumRefusal(
+            "dp-inputs",
+            f"z_update={z_update!r}: the dictionary's sensitivity this node charges is that "
+            "of the gradient step (Eq. 16)",
+        )
+    if isinstance(learning_rate, str):
+        raise SumRefusal(
+            "dp-inputs", f"learning_rate={learning_rate!r}: a data-dependent step is not covered"
+        )
+    _positive(learning_rate, "learning_rate")
+    if check:
+        raise SumRefusal(
+            "dp-inputs",
+            "check_underflow: whether it raises depends on the rows, and no noise covers it",
+        )
+
+
 def _relative(noise):
     """Whether the noise is relative to the spread of what it perturbs (its scale is private)."""
     return noise is not None and noise[0] == "ratio"
 
 
+@dp_release
 @on_private_rows
 def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     """Client step: coefficients of the client's rows for the final dictionary.
@@ -386,8 +458,10 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     dictionary = inbox[TAG_DICTIONARY]
     rows = _client_rows(data, state)
     keep = {}
-    if "rows" not in state and _node_budget(party):
+    charged = "rows" not in state and _node_budget(party)
+    if charged:
         clip = None if coef_noise is None else coef_noise[1]
+        dictionary = _check_factor_inputs(dictionary, state.get("bandwidth"), reg, clip)
         sensitivity = _coef_sensitivity(reg, dictionary.shape[0], clip)
         keep = _charge_node(state, party, [("coefficients", sensitivity, coef_noise)])
     coef = solve_coefficients(rows, dictionary, bandwidth=state["bandwidth"], lam=reg)

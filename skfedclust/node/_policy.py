@@ -36,9 +36,21 @@ node therefore checks each request against its own policy before it answers:
     to the node's own accountant, from the public bounds and the noise the
     release holds, before the noise is drawn: a release the budget cannot
     pay, or one with no noise, is refused. A node with a budget sends no
-    float value that is not such a release, or computed only from rows it
-    privatised with one (rule ``dp-only``): exact statistics, in the clear or
-    inside a secure sum, would bypass the budget.
+    value of any dtype (floats, counts, histograms, bools) that is not such a
+    release, computed only from rows it privatised with one, or declared
+    data-independent by its step (keys, nonces, commitments, mask shares;
+    rule ``dp-only``): exact statistics, in the clear or inside a secure sum,
+    would bypass the budget. It answers no bound agreement (rule
+    ``dp-bounds``): its bounds are the public box.
+``dp-trusted-shares``
+    How many clients' shares of a noisy sum's noise the node counts on
+    (default 1). The coordinator announces ``t`` shares; the node adds
+    ``sigma / sqrt(min(t, dp-trusted-shares))`` inside a secure sum (the
+    whole ``sigma`` outside one) and unmasks no sum announced with fewer
+    survivors than that (rule ``noise-share``): two participants colluding
+    with the coordinator cannot cut its noise by announcing a larger ``t``.
+    Set it to ``k`` where fewer than ``k`` of the other participants are
+    trusted not to collude with the coordinator.
 ``dp-neighbouring``
     The neighbouring relation of that budget: ``replace-one`` (the default
     and the only one a node can hold). Every message a node sends is
@@ -99,12 +111,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._declarations import on_private_rows
+from ._declarations import declared_releases, on_private_rows
 from ._refusal import NodeRefusal
 
 __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "NODE_ACCOUNTANT",
+    "PAID_SUMMAND",
     "PRIVATE_ROWS",
     "NodePolicy",
     "charged_to_node",
@@ -122,6 +135,9 @@ DEFAULT_RAW_ROW_TOLERANCE = 1e-4
 #: Bound agreements a node answers per fit for one step with different inputs.
 DEFAULT_MAX_BOUND_QUERIES = 8
 
+#: A simulated party's ``dp_trusted_shares``: every share the estimator announces.
+SIMULATION_TRUSTED_SHARES = 2**31 - 1
+
 #: Where a node keeps its own DP accountant in its private state; a step that
 #: charged a release keeps it there.
 NODE_ACCOUNTANT = "dp: this node's accountant"
@@ -133,15 +149,23 @@ NODE_ACCOUNTANT = "dp: this node's accountant"
 PRIVATE_ROWS = "dp: the rows are the privatised copy"
 
 
+#: Kept by the secure sum's upload when the summand it masked passed the
+#: node's ``dp-only`` check (charged, or post-processing of privatised rows):
+#: the masked vector is that summand's.
+PAID_SUMMAND = "dp: the masked summand is paid for"
+
+
 def charged_to_node(reply, step=None, state=None):
     """Whether what a step sends is paid for by the node's own DP accountant.
 
     Either the step charged a noisy release (it keeps the node's accountant),
     or it is declared to compute on the privatised rows alone
     (:func:`on_private_rows`, in the node's own
-    code) and the node holds such rows, charged earlier in the fit.
+    code) and the node holds such rows, charged earlier in the fit, or it is
+    the masked upload of such a summand (:data:`PAID_SUMMAND`).
     """
-    if NODE_ACCOUNTANT in (reply.keep or {}):
+    keep = reply.keep or {}
+    if NODE_ACCOUNTANT in keep or keep.get(PAID_SUMMAND) is True:
         return True
     declared = getattr(step, "__skfedclust_on_private_rows__", False)
     return bool(declared) and state is not None and state.get(PRIVATE_ROWS) is True
@@ -422,6 +446,14 @@ class NodePolicy:
         test data and scikit-learn's estimator checks run as they would
         centrally. A test that simulates deployed nodes passes ``NodePolicy()``
         (a node's defaults) to the runtime.
+
+        A simulated party counts on every noise share the estimator announces
+        (``dp_trusted_shares`` = :data:`SIMULATION_TRUSTED_SHARES`): the
+        collusion a node's ``dp-trusted-shares`` guards against is of other
+        participants with the coordinator, all of them the user here. So a
+        simulated ``privacy="dp"`` fit shares the noise among the clients of
+        each secure sum, as the estimators' documentation describes; a
+        deployed node's default adds the whole noise.
         """
         return cls(
             min_rows_per_vector=None,
@@ -430,6 +462,10 @@ class NodePolicy:
             allow_clear_sums=True,
             # The user's own data, fitted as often as the user likes.
             privacy_ledger=False,
+            # The user plays every party and the coordinator: no participant
+            # colludes against the others, so each counts on the noise shares
+            # the estimator announces (a node counts on its dp-trusted-shares).
+            dp_trusted_shares=SIMULATION_TRUSTED_SHARES,
         )
 
     @classmethod
@@ -467,6 +503,11 @@ class NodePolicy:
                 else _count(node_config.get("max-bound-queries"), "max-bound-queries")
             ),
             max_fits=_count(node_config.get("max-fits"), "max-fits"),
+            dp_trusted_shares=(
+                1
+                if node_config.get("dp-trusted-shares") in (None, "")
+                else _count(node_config.get("dp-trusted-shares"), "dp-trusted-shares")
+            ),
         )
 
     @property
@@ -571,13 +612,15 @@ class NodePolicy:
             not counted: they are not sent), or a function computing them.
         charged : bool, default=False
             Whether the step charged what it sends to the node's own
-            accountant (a noisy release). A node with a budget (``dp-epsilon``)
-            sends no float value that is not (rule ``dp-only``).
+            accountant (a noisy release), or is post-processing of one. A node
+            with a budget (``dp-epsilon``) sends no value of any dtype that is
+            not, unless the step is declared data-independent (rule
+            ``dp-only``).
         """
         if data is None or data.ndim != 2 or data.shape[0] == 0:
             return
         if self.dp_epsilon is not None and not charged:
-            self._check_only_private_floats(to_server, to_peers, step)
+            self._check_only_private_values(to_server, to_peers, step)
         if self.min_rows_per_vector is None and not self.refuse_raw_rows:
             # Neither rule is on (a simulated party): nothing below can refuse.
             return
@@ -603,22 +646,28 @@ class NodePolicy:
                 if self.refuse_raw_rows and width > 1:
                     self._check_raw_rows(data, vectors, name, declared)
 
-    def _check_only_private_floats(self, to_server, to_peers, step):
+    def _check_only_private_values(self, to_server, to_peers, step):
         # A budget bounds what any sequence of releases tells about a row only
         # if every value computed from the rows is a charged, noisy release:
         # otherwise a coordinator asks for the exact statistic instead (the
         # exact Lloyd totals of centers it moves adaptively give rows away).
-        # Integer arrays are counts, masked sums, shares and keys.
+        # Whatever the dtype: a count, a histogram of binary orders (a bound
+        # agreement on server-chosen centers), a bool or a byte string is a
+        # value too. Only a step the node's own code declares data-independent
+        # (keys, nonces, commitments, mask shares) sends what no row moves.
+        name = _step_declaration(step)[0]
+        if "data-independent" in declared_releases(_resolved(step)):
+            return
         for payload in (to_server, to_peers):
-            for array in _arrays(payload):
-                if array.dtype.kind in "fc" and array.size:
-                    raise NodeRefusal(
-                        "dp-only",
-                        f"step {_step_declaration(step)[0]} would send float values that "
-                        "are not a noisy release charged to this node's budget "
-                        f"(dp-epsilon={self.dp_epsilon:g}): a node with a budget sends "
-                        "only differentially private values (rule 'dp-only')",
-                    )
+            if _holds_values(payload):
+                raise NodeRefusal(
+                    "dp-only",
+                    f"step {name} would send values that are not a noisy release charged "
+                    f"to this node's budget (dp-epsilon={self.dp_epsilon:g}), not declared "
+                    "data-independent and not computed from rows it privatised: a node "
+                    "with a budget sends only differentially private values, whatever "
+                    "their dtype (rule 'dp-only')",
+                )
 
     def _check_count(self, n_vectors, n_rows, step_name, declared=None):
         minimum = self.min_rows_per_vector
@@ -653,6 +702,32 @@ class NodePolicy:
             f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r}, "
             f"max_bound_queries={self.max_bound_queries!r})"
         )
+
+
+def _holds_values(payload):
+    """Whether ``payload`` carries any value (of any dtype) beyond empty containers."""
+    if payload is None:
+        return False
+    if isinstance(payload, np.ndarray):
+        return payload.size > 0
+    if isinstance(payload, dict):
+        return any(_holds_values(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return any(_holds_values(v) for v in payload)
+    # Numbers, bools, strings, bytes, numpy scalars, anything else.
+    return True
+
+
+def _resolved(step):
+    """The step function of ``step`` (a callable, or its ``module:function`` name)."""
+    if not isinstance(step, str):
+        return step
+    try:
+        from ..federation._runtime import resolve_client_step
+
+        return resolve_client_step(step, role="bound")
+    except PermissionError:
+        return None
 
 
 def _step_declaration(step):

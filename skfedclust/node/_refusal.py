@@ -99,6 +99,12 @@ RULES = {
         "dc-full-rank-maps",
     ),
     "roster": ("a roster, key or signature the node cannot verify", ""),
+    "dp-inputs": (
+        "on a node with a budget: a charged step's server input it cannot project into its "
+        "public box (NaN centers, a box that is not finite or has no width, a bandwidth that "
+        "is not a finite positive number) or an option its sensitivity does not cover",
+        "dp-epsilon",
+    ),
 }
 
 

@@ -131,7 +131,9 @@ def _clip_along(X, max_norm, axis):
         raise ValueError(f"Expected a 2D array, got shape {X.shape}.")
     norms = np.linalg.norm(X, axis=axis, keepdims=True)
     # Rows already inside the ball are left exactly as they are.
-    factor = np.minimum(1.0, max_norm / np.maximum(norms, np.finfo(np.float64).tiny))
+    # A zero row (norm below max_norm / huge) stays as it is, without overflow.
+    with np.errstate(over="ignore"):
+        factor = np.minimum(1.0, max_norm / np.maximum(norms, np.finfo(np.float64).tiny))
     return X * factor
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..federation import Reply
 from ..federation._runtime import reads
+from ..node._declarations import data_independent
 from ..node._refusal import NodeRefusal
 
 __all__ = [
@@ -89,6 +90,7 @@ def public_sample(seed, iteration, active, size):
     return sorted(active[i] for i in order)
 
 
+@data_independent
 @reads()
 def sampling_commit_step(data, inbox, state, party, *, horizon):
     """Client step: commit to a fresh nonce (and the fit's horizon) for the sampling seed."""
@@ -108,6 +110,7 @@ def sampling_commit_step(data, inbox, state, party, *, horizon):
     )
 
 
+@data_independent
 @reads(TAG_COMMITS)
 def sampling_reveal_step(data, inbox, state, party):
     """Client step: find its commitment among those relayed, then reveal its nonce."""

@@ -69,8 +69,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._runtime import Inbox, reads
-from ..node._dp import MIN_SURVIVORS
-from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, charged_to_node
+from ..node._declarations import data_independent
+from ..node._dp import MIN_SURVIVORS, inside_secure_sum
+from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, PAID_SUMMAND, charged_to_node
 from ..node._sum_guard import (
     RECORD,
     OpenSum,
@@ -439,6 +440,7 @@ def _seeds_key(graph_seed):
     return f"secure sum: seeds of graph {int(graph_seed)}"
 
 
+@data_independent
 @reads()
 def secure_sum_seed_step(data, inbox, state, party, *, graph):
     """Set-up client step: a fresh pairwise seed to every later neighbour (peer messages).
@@ -532,9 +534,10 @@ def secure_sum_upload_step(
         return Reply(keep=keep, output=reply.output)
     # The plaintext passes the node's policy as if it were sent in the clear:
     # per-cluster sums of clusters of one row add up to rows in the total.
-    party.policy.check_outgoing(
-        data, reply.send, None, summand, charged=charged_to_node(reply, summand, state)
-    )
+    paid = charged_to_node(reply, summand, state)
+    party.policy.check_outgoing(data, reply.send, None, summand, charged=paid)
+    # The masked upload is this summand's: paid for exactly when the summand is.
+    keep[PAID_SUMMAND] = paid
     arrays, spec = _structure(reply.send)
     # one-sum-per-input on the values too: a float array this node already
     # added in a sum over other clients, sent again under another step or
@@ -592,7 +595,10 @@ def _run_summand(inner, inner_public, data, inbox, state, party, participants):
     messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
     reading = _ReadingInbox(inbox)
     kept = _ReadingState(state)
-    reply = summand(data, reading, kept, party, **inner_public)
+    # Only inside this sum do other clients' noise shares join the node's
+    # (node_noise_share): the same step run on its own adds the whole noise.
+    with inside_secure_sum():
+        reply = summand(data, reading, kept, party, **inner_public)
     sampled = reply.keep.get(SAMPLED_PARTICIPANTS)
     if sampled is not None and tuple(sampled) != tuple(participants):
         raise SumRefusal(
@@ -701,6 +707,7 @@ def _announcement(inbox):
     return announced["survivors"], announced["dropped"]
 
 
+@data_independent
 def secure_sum_attest_step(data, inbox, state, party):
     """Client step of a sum with dropouts: tell each surviving neighbour what was announced.
 
@@ -736,6 +743,7 @@ def secure_sum_attest_step(data, inbox, state, party):
     return Reply(to_peers=to_peers, keep={RECORD: record.replace(open=attested)})
 
 
+@data_independent
 def secure_sum_unmask_step(data, inbox, state, party):
     """Client step: reveal survivors' self-mask shares and dropped neighbours' pair keys.
 

@@ -7,6 +7,12 @@ each sends a one-hot histogram of the binary order of its largest magnitude
 a secure sum, and the bound is the power of two above the highest non-empty
 bin. The server learns how many clients' values reach each binary order, not
 which client's. :func:`agree_column_bounds` does the same per column.
+
+A node with a DP budget answers no bound agreement (rule ``dp-bounds``): a
+histogram of binary orders of row-level values (distances to centers the
+server chooses) is a count no noise covers, and its bounds are the public box
+it clips to. The one exception is a bound on the rows it privatised itself
+(input perturbation): post-processing of a release it already paid for.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import numbers
 import numpy as np
 
 from ..federation import Reply
-from ..node._declarations import sum_only
+from ..node._declarations import on_private_rows, sum_only
+from ..node._policy import PRIVATE_ROWS
 from ..node._sum_guard import SumRefusal, public_digest
 
 __all__ = ["agree_bound", "agree_column_bounds"]
@@ -29,6 +36,7 @@ __all__ = ["agree_bound", "agree_column_bounds"]
 _MIN_EXPONENT, _MAX_EXPONENT = -1075, 1025
 
 
+@on_private_rows
 @sum_only
 def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, coarseness=1):
     """Client step: one-hot of the binary exponent of the largest ``|x|`` ``inner`` sends.
@@ -39,7 +47,9 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     """
     from ..federation._runtime import resolve_client_step
 
-    reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
+    step = resolve_client_step(inner, role="bound")
+    _refuse_on_a_budget(step, state, party, inner)
+    reply = step(data, inbox, state, party, **inner_public)
     queries = _count_bound_query(state, party, inbox, inner, inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     largest = float(values.max()) if values.size else 0.0
@@ -51,6 +61,28 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     # What ``inner`` keeps or outputs is kept and output as usual: a later
     # step may need the messages this one consumed.
     return Reply(send=onehot, keep={**reply.keep, **queries}, output=reply.output)
+
+
+def _refuse_on_a_budget(step, state, party, inner):
+    """Refuse a bound agreement on a node with a DP budget (rule ``dp-bounds``).
+
+    The histogram's count of binary orders is exact: asked for distances to
+    centers the server moves, it locates a row, and no accountant covers it.
+    A DP node's bounds are its public box. Allowed only for a step declared
+    to compute on the rows the node privatised (``on_private_rows``) while it
+    holds them: then the histogram is post-processing of a paid release
+    (which is why the histogram steps carry that declaration).
+    """
+    if party.policy.dp_epsilon is None:
+        return
+    if getattr(step, "__skfedclust_on_private_rows__", False) and state.get(PRIVATE_ROWS) is True:
+        return
+    raise SumRefusal(
+        "dp-bounds",
+        f"a bound agreement on {inner}: this node has a DP budget "
+        f"(dp-epsilon={party.policy.dp_epsilon:g}) and answers none, its bounds being "
+        "the public box (a histogram of binary orders is a count no noise covers)",
+    )
 
 
 #: Where a node keeps, per step, the inputs of the bound agreements it answered.
@@ -146,6 +178,7 @@ def agree_bound(aggregator, step, *, tag, clients=None, coarseness=1, **public):
     return math.ldexp(1.0, min(top, 1024 - 1)) * (2.0 if top >= 1024 else 1.0)
 
 
+@on_private_rows
 @sum_only
 def column_exponent_histogram_step(
     data, inbox, state, party, *, inner, inner_public, top, window, coarseness
@@ -157,7 +190,9 @@ def column_exponent_histogram_step(
     """
     from ..federation._runtime import resolve_client_step
 
-    reply = resolve_client_step(inner, role="bound")(data, inbox, state, party, **inner_public)
+    step = resolve_client_step(inner, role="bound")
+    _refuse_on_a_budget(step, state, party, inner)
+    reply = step(data, inbox, state, party, **inner_public)
     queries = _count_bound_query(state, party, inbox, inner, inner_public)
     values = np.abs(np.asarray(reply.send, dtype=np.float64))
     values = values.reshape(-1, values.shape[-1]) if values.ndim else values.reshape(1, 1)
