@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("flwr")
 pytest.importorskip("cryptography")
 
-from test_flower_roster import Nodes, _blocks, _federation  # noqa: E402
 from flwr.app import Error  # noqa: E402
+from test_flower_roster import Nodes, _blocks, _federation  # noqa: E402
 
 import skfedclust  # noqa: E402
 from skfedclust.federation import Federation, InProcessRuntime  # noqa: E402
@@ -146,3 +146,24 @@ def test_a_statistic_made_to_be_added_is_refused_in_the_clear_by_both():
     for method, names in by_method.items():
         for name in names:
             assert _outcome_in_process(method, STEPS[name]) == ("refused", "clear-sum"), name
+
+
+def test_a_nodes_index_of_its_rows_is_built_once_per_read_only_array_and_forgotten_with_it():
+    import gc
+
+    from skfedclust.node import _policy
+
+    rows = np.random.default_rng(0).normal(size=(500, 3))
+    sent = rows[:4].mean(axis=0, keepdims=True)
+    # A writable array may change between two steps: never indexed.
+    assert _policy.raw_row_matches(rows, sent, 1e-4) is None
+    assert id(rows) not in _policy._PROJECTIONS
+    rows.flags.writeable = False
+    assert _policy.raw_row_matches(rows, rows[7:8], 1e-4) == 7
+    first = _policy._PROJECTIONS[id(rows)]
+    assert _policy.raw_row_matches(rows, rows[9:10] + 1e-9, 1e-4) == 9
+    assert _policy._PROJECTIONS[id(rows)] is first
+    key = id(rows)
+    del rows, first
+    gc.collect()
+    assert key not in _policy._PROJECTIONS

@@ -608,6 +608,9 @@ class _Service:
                 raw = np.ascontiguousarray(
                     check_client_array(raw, f"the data of node {context.node_id}")
                 )
+                # Read-only, as in process: no step changes what a later step
+                # sees, and the node's row checks keep their index of the rows.
+                raw.flags.writeable = False
             if len(self._cache) >= 8:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = (raw, names)

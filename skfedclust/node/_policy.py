@@ -751,17 +751,26 @@ def _strict_note(declared):
     return f" (the step releases rows by design: {declared}; the policy is strict)"
 
 
-#: Projections of a node's rows, kept while the rows live (the check runs at every step).
-_PROJECTIONS = weakref.WeakKeyDictionary()
+#: Projections of a node's rows, by the id of the array, kept while the array lives
+#: (an ndarray is not hashable, so it cannot key a WeakKeyDictionary itself).
+_PROJECTIONS = {}
+
+
+def _forget_projection(key):
+    _PROJECTIONS.pop(key, None)
 
 
 def _projection(data):
-    try:
-        cached = _PROJECTIONS.get(data)
-    except TypeError:
-        cached = None
-    if cached is not None and cached[0] == data.shape:
-        return cached[1:]
+    key = id(data)
+    cached = _PROJECTIONS.get(key)
+    # The same live array, unchanged: read-only (the runtimes' rows are), same shape.
+    if (
+        cached is not None
+        and cached[0]() is data
+        and cached[1] == data.shape
+        and not data.flags.writeable
+    ):
+        return cached[2:]
     rows = np.asarray(data, dtype=np.float64)
     spread = rows.max(axis=0) - rows.min(axis=0)
     scale = np.where(spread > 0, spread, np.maximum(np.abs(rows).max(axis=0), 1.0))
@@ -771,10 +780,12 @@ def _projection(data):
     projected = (rows / scale) @ direction
     order = np.argsort(projected, kind="stable")
     result = (scale, direction, projected[order], order)
-    try:
-        _PROJECTIONS[data] = (data.shape, *result)
-    except TypeError:
-        pass
+    if not data.flags.writeable:
+        try:
+            reference = weakref.ref(data, lambda _, key=key: _forget_projection(key))
+        except TypeError:
+            return result
+        _PROJECTIONS[key] = (reference, data.shape, *result)
     return result
 
 
