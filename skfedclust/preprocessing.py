@@ -34,6 +34,7 @@ from .federation import (
     private_entropy,
     progress,
 )
+from .node._methods import register_method
 from .partition import IIDPartition
 from .secure._moments import SumChannel, pooled_moments
 
@@ -85,6 +86,11 @@ def combine_ranges(received):
 # --------------------------------------------------------------------------- #
 class _FederatedTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Input forms, runtime and ``communication_`` shared by the federated scalers."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A node knows the package's methods, and their steps' modules, by name.
+        register_method(cls)
 
     _parameter_constraints: dict = dict(FEDERATED_PARAMETER_CONSTRAINTS)
     _supports_vertical = False

@@ -24,6 +24,7 @@ from ..federation import (
     progress,
 )
 from ..federation._inputs import check_client_array, input_form
+from ..node._methods import register_method
 from ..partition import IIDPartition
 from ._centroid_steps import pooled_inertia
 
@@ -42,6 +43,11 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
     <skfedclust.federation.Runtime.hand_back>`. See the user guide's "Writing a
     method" page.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A node knows the package's methods, and their steps' modules, by name.
+        register_method(cls, getattr(cls, "_client_step_modules", ()))
 
     _parameter_constraints: dict = dict(FEDERATED_PARAMETER_CONSTRAINTS)
 

@@ -112,6 +112,7 @@ from pathlib import Path
 import numpy as np
 
 from ._declarations import declared_releases, on_private_rows
+from ._methods import package_method, package_method_names
 from ._refusal import NodeRefusal
 
 __all__ = [
@@ -197,12 +198,9 @@ def method_step_modules(method):
     the package's method steps to the coordinator. Returns a tuple of module
     names.
     """
-    import skfedclust
-
-    cls = getattr(skfedclust, str(method), None) if method else None
-    if not isinstance(cls, type) or not cls.__module__.startswith("skfedclust."):
+    own = package_method(method) if method else None
+    if own is None:
         return SHARED_STEP_MODULES
-    own = (cls.__module__, *getattr(cls, "_client_step_modules", ()))
     return (*own, *SHARED_STEP_MODULES)
 
 
@@ -272,13 +270,11 @@ def _count(value, field):
 def _method_modules(name):
     """The modules of the client steps of the package's method ``name``: its own module and
     those its class declares (``_client_step_modules``)."""
-    import skfedclust
-
-    cls = getattr(skfedclust, name, None)
-    if not isinstance(cls, type):
-        known = ", ".join(n for n in skfedclust.__all__ if n[0].isupper())
+    modules = package_method(name)
+    if modules is None:
+        known = ", ".join(package_method_names())
         raise ValueError(f"node config allowed-methods names {name!r}; known: {known}")
-    return (cls.__module__, *getattr(cls, "_client_step_modules", ()))
+    return modules
 
 
 def _arrays(payload):
@@ -723,7 +719,7 @@ def _resolved(step):
     if not isinstance(step, str):
         return step
     try:
-        from ..federation._runtime import resolve_client_step
+        from ._contract import resolve_client_step
 
         return resolve_client_step(step, role="bound")
     except PermissionError:
