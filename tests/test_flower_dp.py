@@ -6,7 +6,12 @@ import pytest
 pytest.importorskip("flwr")
 pytest.importorskip("cryptography")
 
-from test_flower import _clients, _fit_with_policy  # noqa: E402
+from test_flower import (  # noqa: E402
+    _clients,
+    _fit_with_configs,
+    _fit_with_policy,
+    _standing_identities,
+)
 
 from skfedclust import FederatedKMeans, KFed  # noqa: E402
 from skfedclust.flower import FlowerNodeError  # noqa: E402
@@ -71,10 +76,15 @@ def test_a_nodes_ledger_holds_its_budget_across_fits_on_flower(tmp_path):
     clients = _clients(n=4)
     box = (-15.0, 15.0)
     policy = {"dp-epsilon": 1.0, "privacy-ledger": str(tmp_path), "max-fits": 3}
+    # The same four nodes (the same identity keys) at every fit: a node's
+    # ledger is its own, keyed by its identity.
+    configs = [
+        {"partition-id": i, **policy, **keys} for i, keys in enumerate(_standing_identities(4))
+    ]
 
     def fit(epsilon):
         estimator = FederatedKMeans(4, privacy="dp", epsilon=epsilon, bounds=box, random_state=0)
-        return _fit_with_policy(estimator, clients, **policy)[0]
+        return _fit_with_configs(estimator, clients, configs)[0]
 
     fit(0.5)
     # 0.5 and 0.9 spend 1.06 together (mu-GDP): over the node's budget.

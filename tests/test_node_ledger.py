@@ -14,7 +14,7 @@ from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans, KFed
 from skfedclust.federation import InProcessRuntime, use_runtime
-from skfedclust.node._ledger import NodeLedger, data_fingerprint
+from skfedclust.node._ledger import NodeLedger, data_fingerprint, ledger_name
 from skfedclust.node._policy import NodePolicy
 from skfedclust.node._sum_guard import SumRefusal
 
@@ -60,12 +60,13 @@ def test_a_ledger_holds_the_budget_across_fits(tmp_path):
         # Gaussian releases compose in mu-GDP: 0.5 and 0.9 spend 1.06 together.
         with refused("dp-budget"):
             _dp_fit(0.9).fit(clients)
-    # One file per node (per data set), each counting both fits (the refused
-    # one from its start) and holding what was charged: the first fit's
-    # releases, then the second's until one would go over the budget. In all,
-    # never more than the budget.
+    # One file per node (a simulated node is its rows' fingerprint unless the
+    # runtime names it), each counting both fits (the refused one from its
+    # start) and holding what was charged: the first fit's releases, then the
+    # second's until one would go over the budget. In all, never more than
+    # the budget.
     files = _ledger_files(tmp_path)
-    assert [f.stem for f in files] == sorted(data_fingerprint(c) for c in clients)
+    assert [f.name for f in files] == sorted(ledger_name(data_fingerprint(c)) for c in clients)
     for f in files:
         record = json.loads(f.read_text())
         assert len(record["fits"]) == 2
