@@ -124,3 +124,50 @@ def test_a_nodes_ledger_refuses_a_sum_of_an_earlier_fit_over_other_nodes_on_flow
         FlowerNodeError, match="one-sum-per-input.*earlier fit on this node.s rows added"
     ):
         fit(3)
+
+
+def test_a_nodes_budget_on_flower_is_its_identitys_whatever_its_rows(tmp_path):
+    # The same four nodes (the same identity keys); between two fits the
+    # coordinator's data churn changes a row of node 0 and reorders node 1's:
+    # no fresh budget. The handshake says what each node spent and has left.
+    clients = _clients(n=4)
+    box = (-15.0, 15.0)
+    policy = {"dp-epsilon": 1.0, "privacy-ledger": str(tmp_path)}
+    configs = [
+        {"partition-id": i, **policy, **keys} for i, keys in enumerate(_standing_identities(4))
+    ]
+
+    def fit(epsilon, blocks):
+        estimator = FederatedKMeans(4, privacy="dp", epsilon=epsilon, bounds=box, random_state=0)
+        return _fit_with_configs(estimator, blocks, configs)[0]
+
+    first = fit(0.5, clients)
+    ledger = first.client_policies_[0]["ledger"]
+    assert ledger["fits_used"] == 1 and ledger["fits_left"] == 99
+    # Reported at the handshake, before this fit charged anything.
+    assert ledger["epsilon_spent"] == 0.0 and ledger["epsilon_left"] == 1.0
+    edited = [c.copy() for c in clients]
+    edited[0][0] += 1e-3
+    edited[1] = edited[1][::-1]
+    with pytest.raises(FlowerNodeError, match="dp-budget"):
+        fit(0.9, edited)
+    third = fit(0.1, edited)
+    for party in third.client_policies_:
+        assert party["ledger"]["fits_used"] == 3
+        assert 0.5 < party["ledger"]["epsilon_spent"] < 1.0
+        assert party["ledger"]["epsilon_left"] == pytest.approx(
+            1.0 - party["ledger"]["epsilon_spent"]
+        )
+    # One ledger per node in the directory, named by its identity.
+    assert len(list(tmp_path.glob("node-*.json"))) == 4
+
+
+def test_a_node_without_an_identity_key_keeps_its_ledger_under_its_name():
+    from skfedclust.flower._client import _ledger_node
+    from skfedclust.flower._crypto import IdentityKey
+
+    key = IdentityKey()
+    assert _ledger_node(key, "org-1") == key.fingerprint
+    assert _ledger_node(None, "org-1") == "name:org-1"
+    # Neither: the one node of its ledger directory.
+    assert _ledger_node(None, None) == "node"
