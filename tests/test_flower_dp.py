@@ -1,5 +1,7 @@
 """Node-side differential privacy on Flower's in-process grid: a node's own budget holds."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -171,3 +173,114 @@ def test_a_node_without_an_identity_key_keeps_its_ledger_under_its_name():
     assert _ledger_node(None, "org-1") == "name:org-1"
     # Neither: the one node of its ledger directory.
     assert _ledger_node(None, None) == "node"
+
+
+# --------------------------------------------------------------------------- #
+# An identity key rotated by its node: the same node to its ledger and its peers'
+# --------------------------------------------------------------------------- #
+def _trust_file(tmp_path, lines):
+    trust = tmp_path / "trusted.txt"
+    trust.write_text("".join(lines))
+    return trust
+
+
+def _rotating_federation(tmp_path, capsys, n=4):
+    """``n`` nodes with identity keys (written by the command line) and a trust file."""
+    from skfedclust.flower.__main__ import main
+
+    lines = []
+    for i in range(n):
+        main(["keygen", str(tmp_path / f"node{i}.pem"), "--name", f"node-{i}"])
+        lines.append(capsys.readouterr().out.splitlines()[0] + "\n")
+    return lines
+
+
+def _configs(tmp_path, lines, keys, **policy):
+    trust = _trust_file(tmp_path, lines)
+    return [
+        {"partition-id": i, "identity-key": str(key), "trusted-identities": str(trust), **policy}
+        for i, key in enumerate(keys)
+    ]
+
+
+def _rotate(tmp_path, capsys, i, old, new):
+    """Node ``i`` rotates its key from ``old`` to ``new``; its trust-file line, with the link."""
+    from skfedclust.flower.__main__ import main
+
+    assert main(["keygen", str(new), "--rotate-from", str(old), "--name", f"node-{i}"]) == 0
+    return capsys.readouterr().out.splitlines()[0] + "\n"
+
+
+def test_a_rotated_identity_key_keeps_the_nodes_budget_and_count_of_fits(tmp_path, capsys):
+    clients = _clients(n=4)
+    lines = _rotating_federation(tmp_path, capsys)
+    keys = [tmp_path / f"node{i}.pem" for i in range(4)]
+    policy = {"dp-epsilon": 1.0, "privacy-ledger": str(tmp_path / "ledgers")}
+
+    def fit(configs):
+        estimator = FederatedKMeans(
+            4, privacy="dp", epsilon=0.5, bounds=(-15.0, 15.0), random_state=0
+        )
+        return _fit_with_configs(estimator, clients, configs)[0]
+
+    fit(_configs(tmp_path, lines, keys, **policy))
+    # Node 0 replaces its key; its operator and the others trust the new one.
+    lines[0] = _rotate(tmp_path, capsys, 0, keys[0], tmp_path / "node0-new.pem")
+    keys[0] = tmp_path / "node0-new.pem"
+    second = fit(_configs(tmp_path, lines, keys, **policy))
+    ledger = second.client_policies_[0]["ledger"]
+    assert ledger["fits_used"] == 2 and ledger["epsilon_spent"] > 0.4
+    # Its chain, tampered with (another key in place of the signed one), is refused
+    # rather than read as a new node with a fresh budget.
+    chain = json.loads((tmp_path / "node0-new.pem.rotation").read_text())
+    chain[0]["new"] = "00" * 32
+    (tmp_path / "node0-new.pem.rotation").write_text(json.dumps(chain))
+    with pytest.raises(FlowerNodeError, match="not signed by the key it replaces"):
+        fit(_configs(tmp_path, lines, keys, **policy))
+
+
+def test_peers_count_a_rotated_key_as_the_same_participant(tmp_path, capsys):
+    clients = _clients(n=4)
+    lines = _rotating_federation(tmp_path, capsys)
+    keys = [tmp_path / f"node{i}.pem" for i in range(4)]
+
+    def fit(configs):
+        return _fit_with_configs(FederatedKMeans(4, random_state=0), clients, configs)[0]
+
+    first = fit(_configs(tmp_path, lines, keys))
+    rotated = _rotate(tmp_path, capsys, 3, keys[3], tmp_path / "node3-new.pem")
+    keys[3] = tmp_path / "node3-new.pem"
+    # Trusted without its link, the new key is another participant: the honest
+    # re-fit's sums repeat the first fit's over other clients.
+    unlinked = rotated.split(" rotated-from=")[0] + "\n"
+    with pytest.raises(FlowerNodeError, match="one-sum-per-input"):
+        fit(_configs(tmp_path, [*lines[:3], unlinked], keys))
+    # With the link its old key signed, the same participant: accepted.
+    again = fit(_configs(tmp_path, [*lines[:3], rotated], keys))
+    np.testing.assert_allclose(again.cluster_centers_, first.cluster_centers_)
+
+
+def test_a_forged_rotation_is_refused(tmp_path, capsys):
+    from skfedclust.flower._rotation import RotationError, load_rotations
+
+    lines = _rotating_federation(tmp_path, capsys, n=2)
+    rotated = _rotate(tmp_path, capsys, 1, tmp_path / "node1.pem", tmp_path / "new.pem")
+    # The line claims node 0's key as the old one: node 0 never signed it.
+    node0 = lines[0].split()[1]
+    forged = rotated.replace(rotated.split("rotated-from=")[1].split()[0], node0)
+    with pytest.raises(RotationError, match="not signed by the key it replaces"):
+        load_rotations(_trust_file(tmp_path, [lines[0], forged]))
+    assert len(load_rotations(_trust_file(tmp_path, [lines[0], rotated]))) == 1
+    # A chain copied beside another key does not make that key the node of its chain.
+    from skfedclust.flower._crypto import IdentityKey
+    from skfedclust.flower._rotation import ledger_identity
+
+    new = IdentityKey.load(tmp_path / "new.pem")
+    chain = (tmp_path / "new.pem.rotation").read_text()
+    assert (
+        ledger_identity(new, tmp_path / "new.pem")
+        == IdentityKey.load(tmp_path / "node1.pem").fingerprint
+    )
+    (tmp_path / "node0.pem.rotation").write_text(chain)
+    with pytest.raises(RotationError, match="does not end at"):
+        ledger_identity(IdentityKey.load(tmp_path / "node0.pem"), tmp_path / "node0.pem")

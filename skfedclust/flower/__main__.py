@@ -7,6 +7,13 @@ sends the printed line to the other operators, who add it to their
 ``trusted-identities`` file; comparing the fingerprint over another channel
 (a phone call) guards against a swapped line.
 
+``keygen NEW.pem --rotate-from OLD.pem`` replaces a node's identity key: the
+old key signs the new one (the chain is written to ``NEW.pem.rotation``), and
+the printed line carries the link (``rotated-from=... rotation-signature=...``).
+The node's ledger goes on under its first key, and peers whose trust file
+holds the line count the new key as the same participant: an honest key
+change needs no ledger reset.
+
 ``ledger show --dir DIR`` prints what the node's privacy ledgers hold (or
 their damage); ``ledger reset --dir DIR --what budget|fits|sums|all [--node
 NODE]`` is the operator's explicit reset, recorded in the ledger: nothing
@@ -29,6 +36,13 @@ def main(argv=None):
     keygen.add_argument("path", help="file to write the private key to")
     keygen.add_argument("--name", default=None, help="name to print before the key")
     keygen.add_argument("--force", action="store_true", help="overwrite an existing file")
+    keygen.add_argument(
+        "--rotate-from",
+        default=None,
+        metavar="OLD",
+        help="the identity key this one replaces: it signs the new key, so the node's ledger "
+        "and its peers' count both as one node",
+    )
     show = commands.add_parser("show", help="print the public key of an identity key file")
     show.add_argument("path")
     show.add_argument("--name", default=None)
@@ -53,15 +67,22 @@ def main(argv=None):
 
     from ._crypto import IdentityKey
 
+    options = ""
     if args.command == "keygen":
         if os.path.exists(args.path) and not args.force:
             parser.exit(2, f"{args.path} exists; pass --force to replace it\n")
-        key = IdentityKey()
-        key.save(args.path)
+        if args.rotate_from is not None:
+            from ._rotation import rotate
+
+            key, options = rotate(args.rotate_from, args.path)
+            options = f" {options}"
+        else:
+            key = IdentityKey()
+            key.save(args.path)
     else:
         key = IdentityKey.load(args.path)
     name = f"{args.name} " if args.name else ""
-    print(f"{name}ed25519:{key.public_bytes.hex()}")
+    print(f"{name}ed25519:{key.public_bytes.hex()}{options}")
     print(f"# fingerprint {key.fingerprint}", file=sys.stdout)
     return 0
 

@@ -421,18 +421,34 @@ def _drop_records(context, keep=None):
                 del context.state[key]
 
 
-def _ledger_node(identity, name):
+def _ledger_node(identity, name, key_path=None):
     """Whose ledger a node keeps: its identity key's fingerprint, else its name, else "node".
 
     Never its rows: a node's budget and count of fits are the node's, and a
     changed row does not make it another node. A node without an identity key
-    or a name is the one node of its ledger directory.
+    or a name is the one node of its ledger directory. A rotated identity key
+    (``keygen --rotate-from``) keeps the ledger of the node's first key.
     """
     if identity is not None:
+        if key_path is not None:
+            from ._rotation import ledger_identity
+
+            return ledger_identity(identity, key_path)
         return identity.fingerprint
     if name is not None:
         return f"name:{name}"
     return "node"
+
+
+def _ledger_identities(identities, node_config):
+    """The peers' identities as the node's ledger records them: a key its trust file says was
+    rotated from another (each link signed by the key it replaces) is that key's node."""
+    path = node_config.get(TRUSTED_IDENTITIES)
+    if path is None or identities is None:
+        return identities
+    from ._rotation import canonical_identities, load_rotations
+
+    return canonical_identities(identities, load_rotations(path))
 
 
 def _node_ledger(policy, record, session):
@@ -686,7 +702,7 @@ class _Service:
         ledger = policy.ledger(
             data,
             session,
-            node=_ledger_node(identity, name),
+            node=_ledger_node(identity, name, context.node_config.get(IDENTITY_KEY)),
             source=context.node_config.get("data-path"),
             # The node's own directory: its ledgers keyed by rows are all its.
             adopt="all",
@@ -756,7 +772,7 @@ class _Service:
         if control.get("begin"):
             # The whole roster is checked before this node seals or opens anything.
             identities = _check_roster(control["begin"], context.node_config, record)
-            record["identities"] = json.dumps(identities)
+            record["identities"] = json.dumps(_ledger_identities(identities, context.node_config))
             record["begin"] = json.dumps(control["begin"])
             record["roster"] = _crypto.roster_digest(control["begin"]["roster"])
         if not record["begin"]:
