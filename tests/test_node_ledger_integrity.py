@@ -11,7 +11,6 @@ refuse (naming the file), never start afresh; only the operator resets it.
 import functools
 import json
 import multiprocessing
-import os
 import shutil
 import threading
 from types import SimpleNamespace
@@ -351,5 +350,7 @@ def test_a_ledger_keyed_by_rows_is_adopted_by_the_nodes_ledger(tmp_path):
         _dp_fit(0.5).fit(clients)
     record = _record(tmp_path, "org-0")
     assert record["fits"][0] == "old" and record["releases"][0][0] == "old"
-    assert sorted(p.suffix for p in tmp_path.glob("*.adopted")) == [".adopted"] * 5
-    assert not os.path.exists(tmp_path / f"{data_fingerprint(clients[0])}.json")
+    assert record["adopted"] == [f"{data_fingerprint(clients[0])}.json"]
+    # Adopted once, when the node's ledger was first written: not again.
+    NodeLedger(tmp_path, "org-0", "next", adopt=record["adopted"]).enter_fit()
+    assert len(_record(tmp_path, "org-0")["releases"]) == len(record["releases"])

@@ -60,9 +60,11 @@ the fit leaves them on record (the node errs on the side of its data).
 
 Version 3 of the file is keyed by node. Files of versions 1 and 2 were keyed
 by the rows' fingerprint (``<sha256>.json``): a node's new ledger adopts the
-ones its runtime names (on Flower, every such file in its directory; in a
-simulation, its rows' own) when it is first written, so an upgrade loses no
-charge, and renames them ``*.json.adopted``.
+ones its runtime names (on Flower, every such file in its directory, which
+may hold other nodes' too: charging them all errs on the side of the data;
+in a simulation, its rows' own) when it is first written, so an upgrade loses
+no charge. They stay in place (another node of the directory adopts them
+too) and the ledger lists them under ``adopted``.
 """
 
 from __future__ import annotations
@@ -359,10 +361,6 @@ class NodeLedger:
             _note_written(self.directory, self.path.name)
             _write_atomically(self.path, record)
             self._seen = True
-            for name in record.get("adopted", ()):
-                old = self.directory / name
-                if old.exists():
-                    old.rename(old.with_name(name + ".adopted"))
 
     def enter_fit(self):
         """Count this fit; refuse it beyond ``max_fits`` (rule ``max-fits``)."""
