@@ -284,3 +284,17 @@ def test_a_forged_rotation_is_refused(tmp_path, capsys):
     (tmp_path / "node0.pem.rotation").write_text(chain)
     with pytest.raises(RotationError, match="does not end at"):
         ledger_identity(IdentityKey.load(tmp_path / "node0.pem"), tmp_path / "node0.pem")
+
+
+def test_a_node_whose_ledger_was_emptied_refuses_at_the_handshake(tmp_path):
+    clients = _clients(n=4)
+    configs = [
+        {"partition-id": i, "privacy-ledger": str(tmp_path), **keys}
+        for i, keys in enumerate(_standing_identities(4))
+    ]
+    _fit_with_configs(KFed(4, random_state=0), clients, configs)
+    # One node's operator (or a script) empties its ledger between two fits.
+    ledger = sorted(tmp_path.glob("node-*.json"))[0]
+    ledger.write_text("{}")
+    with pytest.raises(FlowerNodeError, match=f"ledger-damaged.*{ledger.name}"):
+        _fit_with_configs(KFed(4, random_state=0), clients, configs)

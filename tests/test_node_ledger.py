@@ -1,4 +1,4 @@
-"""A node's privacy ledger: its budget and its count of fits hold across fits on its rows.
+"""A node's privacy ledger: its budget and its count of fits hold across the node's fits.
 
 Without a ledger a node's budget is per fit, and a coordinator that starts the
 same fit again gets a fresh budget each time; with one, every release charged
@@ -94,7 +94,10 @@ def test_the_ledger_survives_a_restart_and_its_budget_still_pays_what_is_left(tm
             _dp_fit(0.6).fit(clients)
 
 
-def test_another_data_set_has_a_budget_of_its_own(tmp_path):
+def test_unnamed_simulated_nodes_are_their_rows(tmp_path):
+    # A simulation without node_identities has nothing but the rows to tell
+    # its nodes apart: other rows are other nodes, with ledgers of their own
+    # (a deployed node is its identity key: tests/test_node_ledger_integrity.py).
     with nodes(dp_epsilon=1.0, privacy_ledger=tmp_path):
         _dp_fit(0.9).fit(_clients(0))
         _dp_fit(0.9).fit(_clients(1))

@@ -529,6 +529,9 @@ def _names(directory, node=None):
 def ledger_summaries(directory):
     """One line per ledger of ``directory``: its node, fits, releases, sums, or its damage."""
     lines = []
+    if not Path(directory).is_dir():
+        # Looking creates nothing.
+        return lines
     with directory_lock(directory):
         for name in _names(directory):
             path = Path(directory) / name
