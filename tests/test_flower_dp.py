@@ -105,6 +105,10 @@ def test_the_coordinator_logs_each_nodes_budget_and_ledger():
     assert "DP budget epsilon 1 across fits (ledger), at most 3 fits" in line
     assert "DP budget epsilon 0.5 per fit" in _describe_policy({"dp_epsilon": 0.5})
     assert "no DP budget" in _describe_policy({})
+    # What the node's ledger reports at the handshake, this fit counted.
+    status = {"fits_used": 2, "fits_left": 98, "epsilon_spent": 0.5, "epsilon_left": 0.5}
+    line = _describe_policy({"dp_epsilon": 1.0, "privacy_ledger": True, "ledger": status})
+    assert "(2 used, epsilon 0.5 spent, 0.5 left)" in line
 
 
 def test_a_nodes_ledger_refuses_a_sum_of_an_earlier_fit_over_other_nodes_on_flower():

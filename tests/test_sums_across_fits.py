@@ -168,3 +168,22 @@ def test_an_unauthenticated_slot_is_of_one_fit_alone(tmp_path):
     second.join_sum([b"\x02"], second.identities(Unknown, [0, 1, 2]))
     with refused("one-sum-per-input"):
         second.join_sum([b"\x01"], second.identities(Unknown, [0, 1, 2]))
+
+
+def test_edited_rows_keep_the_nodes_sums_record():
+    # Every node's rows change a little between two fits (a day's churn): the
+    # same nodes (their identities), the same record. The sum over all but
+    # one in the second fit repeats the first fit's statistic over other
+    # clients, and is refused; a ledger keyed by the rows would have started
+    # afresh and let it through.
+    X, rows = _data()
+    names = [f"org-{c}" for c in range(6)]
+
+    def fit(X):
+        federation = Federation(X, rows)
+        federation.spawn_seeds(np.random.RandomState(0))
+        return InProcessRuntime(federation, policy=NodePolicy(), node_identities=names)
+
+    _column_sums(fit(X), tag="fit 1")
+    with refused_upload():
+        _column_sums(fit(X + 1e-3), clients=EVERYONE[:-1], tag="fit 2")
