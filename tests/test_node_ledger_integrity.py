@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import shutil
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -354,3 +355,31 @@ def test_a_ledger_keyed_by_rows_is_adopted_by_the_nodes_ledger(tmp_path):
     # Adopted once, when the node's ledger was first written: not again.
     NodeLedger(tmp_path, "org-0", "next", adopt=record["adopted"]).enter_fit()
     assert len(_record(tmp_path, "org-0")["releases"]) == len(record["releases"])
+
+
+def _write_in_child(directory, done):
+    NodeLedger(directory, "node", "child").record_releases([("child", 1.0, 10.0, 1)])
+    done.put("written")
+
+
+def test_a_process_forked_while_its_parent_writes_waits_for_it_and_writes(tmp_path):
+    # A child forked while a thread of its parent holds the ledger's lock holds
+    # none of it: it waits for the parent's write, then writes its own.
+    context = multiprocessing.get_context("fork")
+    done = context.Queue()
+    ledger = NodeLedger(tmp_path, "node", "parent")
+    with ledger.locked():
+        record = ledger._read()
+        child = context.Process(target=_write_in_child, args=(tmp_path, done))
+        child.start()
+        # A child that did not wait would write now, and lose its release to
+        # the parent's write below.
+        time.sleep(1.0)
+        record["releases"].append(["parent", "parent", 1.0, 10.0, 1])
+        ledger._write(record)
+    assert done.get(timeout=30) == "written"
+    child.join(30)
+    assert sorted(r[0] for r in NodeLedger(tmp_path, "node", "reader").releases()) == [
+        "child",
+        "parent",
+    ]

@@ -135,6 +135,23 @@ _THREAD_LOCKS = {}
 _HELD = {}
 
 
+def _forget_locks_in_child():
+    """A forked child holds none of its parent's locks: its copies would look held by a
+    thread it does not have (a deadlock at its first ledger write)."""
+    global _GUARD
+    _GUARD = threading.Lock()
+    for fd, _ in _HELD.values():
+        # The parent's flock stays the parent's: closing one copy releases nothing.
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+    _THREAD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
 @contextlib.contextmanager
 def directory_lock(directory):
     """Hold the ledger directory's exclusive lock (reentrant within a thread).
