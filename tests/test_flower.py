@@ -1887,7 +1887,14 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "dp_epsilon": None,
                 "dp_trusted_shares": 1,
                 "privacy_ledger": True,
-                "max_fits": None,
+                # The finite default, and the node's first fit on its ledger.
+                "max_fits": 100,
+                "ledger": {
+                    "fits_used": 1,
+                    "fits_left": 99,
+                    "epsilon_spent": 0.0,
+                    "epsilon_left": None,
+                },
                 "max_bound_queries": 8,
                 "trusted_identities": True,
                 "allow_unauthenticated": False,

@@ -1,4 +1,4 @@
-"""A node's privacy ledger: its budget and its count of fits hold across fits on its rows.
+"""A node's privacy ledger: its budget and its count of fits hold across the node's fits.
 
 Without a ledger a node's budget is per fit, and a coordinator that starts the
 same fit again gets a fresh budget each time; with one, every release charged
@@ -14,7 +14,7 @@ from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans, KFed
 from skfedclust.federation import InProcessRuntime, use_runtime
-from skfedclust.node._ledger import NodeLedger, data_fingerprint
+from skfedclust.node._ledger import NodeLedger, data_fingerprint, ledger_name
 from skfedclust.node._policy import NodePolicy
 from skfedclust.node._sum_guard import SumRefusal
 
@@ -60,12 +60,13 @@ def test_a_ledger_holds_the_budget_across_fits(tmp_path):
         # Gaussian releases compose in mu-GDP: 0.5 and 0.9 spend 1.06 together.
         with refused("dp-budget"):
             _dp_fit(0.9).fit(clients)
-    # One file per node (per data set), each counting both fits (the refused
-    # one from its start) and holding what was charged: the first fit's
-    # releases, then the second's until one would go over the budget. In all,
-    # never more than the budget.
+    # One file per node (a simulated node is its rows' fingerprint unless the
+    # runtime names it), each counting both fits (the refused one from its
+    # start) and holding what was charged: the first fit's releases, then the
+    # second's until one would go over the budget. In all, never more than
+    # the budget.
     files = _ledger_files(tmp_path)
-    assert [f.stem for f in files] == sorted(data_fingerprint(c) for c in clients)
+    assert [f.name for f in files] == sorted(ledger_name(data_fingerprint(c)) for c in clients)
     for f in files:
         record = json.loads(f.read_text())
         assert len(record["fits"]) == 2
@@ -93,7 +94,10 @@ def test_the_ledger_survives_a_restart_and_its_budget_still_pays_what_is_left(tm
             _dp_fit(0.6).fit(clients)
 
 
-def test_another_data_set_has_a_budget_of_its_own(tmp_path):
+def test_unnamed_simulated_nodes_are_their_rows(tmp_path):
+    # A simulation without node_identities has nothing but the rows to tell
+    # its nodes apart: other rows are other nodes, with ledgers of their own
+    # (a deployed node is its identity key: tests/test_node_ledger_integrity.py).
     with nodes(dp_epsilon=1.0, privacy_ledger=tmp_path):
         _dp_fit(0.9).fit(_clients(0))
         _dp_fit(0.9).fit(_clients(1))

@@ -138,13 +138,14 @@ def test_the_ledger_is_written_before_the_upload_leaves_the_node(tmp_path):
     Coordinator(_fit(X, rows, policy)).upload(EVERYONE)
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert len(records) == 6
-    assert all(r["version"] == 2 and r["sums"] for r in records)
+    assert all(r["version"] == 3 and r["sums"] for r in records)
     assert all(entry[2] is None for r in records for entry in r["sums"].values())
     with refused("one-sum-per-input"):
         Coordinator(_fit(X, rows, policy)).upload(EVERYONE[:-1])
 
 
 def test_a_ledger_of_version_1_is_read_and_upgraded(tmp_path):
+    # A file of version 1 at the node's ledger's own name is read as it is.
     ledger = NodeLedger(tmp_path, "abc", "fit 2")
     ledger.path.write_text(
         json.dumps({"version": 1, "fits": ["fit 1"], "releases": [["fit 1", "x", 1.0, 2.0, 1]]})
@@ -152,7 +153,7 @@ def test_a_ledger_of_version_1_is_read_and_upgraded(tmp_path):
     assert ledger.n_fits == 1 and ledger.releases() == [("x", 1.0, 2.0, 1)]
     ledger.join_sum([b"\x01"], ["a", "b", "c"])
     record = json.loads(ledger.path.read_text())
-    assert record["version"] == 2 and record["fits"] == ["fit 1"]
+    assert record["version"] == 3 and record["fits"] == ["fit 1"]
     assert record["sums"] == {"01": ["fit 2", 0, None]}
 
 
@@ -167,3 +168,22 @@ def test_an_unauthenticated_slot_is_of_one_fit_alone(tmp_path):
     second.join_sum([b"\x02"], second.identities(Unknown, [0, 1, 2]))
     with refused("one-sum-per-input"):
         second.join_sum([b"\x01"], second.identities(Unknown, [0, 1, 2]))
+
+
+def test_edited_rows_keep_the_nodes_sums_record():
+    # Every node's rows change a little between two fits (a day's churn): the
+    # same nodes (their identities), the same record. The sum over all but
+    # one in the second fit repeats the first fit's statistic over other
+    # clients, and is refused; a ledger keyed by the rows would have started
+    # afresh and let it through.
+    X, rows = _data()
+    names = [f"org-{c}" for c in range(6)]
+
+    def fit(X):
+        federation = Federation(X, rows)
+        federation.spawn_seeds(np.random.RandomState(0))
+        return InProcessRuntime(federation, policy=NodePolicy(), node_identities=names)
+
+    _column_sums(fit(X), tag="fit 1")
+    with refused_upload():
+        _column_sums(fit(X + 1e-3), clients=EVERYONE[:-1], tag="fit 2")

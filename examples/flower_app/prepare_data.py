@@ -75,7 +75,7 @@ def main(directory="~/skfedclust-flower-data", n_orgs=3, superlink_port=9093, sh
             fields["data-path"] = str(data)
             fields["labels-path"] = str(directory / f"org_{i}_labels.npy")
             # The node's privacy ledger: a DP budget (dp-epsilon) then holds across
-            # every fit on its rows, and it counts those fits (max-fits caps them).
+            # every fit of the node, and it counts those fits (max-fits caps them).
             fields["privacy-ledger"] = str(directory / f"org_{i}_ledger")
         fields["client-name"] = i
         fields["identity-key"] = str(identity)

@@ -632,6 +632,11 @@ class InProcessRuntime(Runtime):
         ``NodePolicy.simulation()``; ``NodePolicy()`` is a deployed node's
         default). Each party checks what it sends against it after every
         step, as a Flower node does.
+    node_identities : sequence of str, default=None
+        The identity of each client's simulated node (a name, as a deployed
+        node's identity key is): its privacy ledger's key and who it is to
+        the others' ledgers. ``None``: each client is its rows (their
+        fingerprint), so a simulation of edited rows is of other nodes.
     """
 
     def __init__(
@@ -644,10 +649,21 @@ class InProcessRuntime(Runtime):
         private_entropy=None,
         session=None,
         policy=None,
+        node_identities=None,
     ):
         from ..node._policy import NodePolicy
 
         self.policy = NodePolicy.simulation() if policy is None else policy
+        if node_identities is not None:
+            node_identities = tuple(str(i) for i in node_identities)
+            if len(node_identities) != federation.n_clients or len(set(node_identities)) != len(
+                node_identities
+            ):
+                raise ValueError(
+                    f"node_identities must name the {federation.n_clients} clients, each once; "
+                    f"got {node_identities!r}"
+                )
+        self._node_identities = node_identities
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -731,30 +747,42 @@ class InProcessRuntime(Runtime):
         )
 
     def _identities(self):
-        """Each slot's identity: the fingerprint of its rows (a party without rows, its slot).
+        """Each slot's identity: its node's (``node_identities``), else its rows' fingerprint.
 
-        The rows stand for the node that holds them: a simulation of the same
-        data sets in another order is the same nodes in other slots.
+        Without names, the rows stand for the node that holds them: a
+        simulation of the same data sets in another order is the same nodes
+        in other slots. A party without rows is its slot.
         """
         if self._slot_identities is None:
             from ..node._ledger import data_fingerprint
 
+            named = self._node_identities
             self._slot_identities = tuple(
-                data_fingerprint(self._data(c)) if c < self.n_clients else f"party {c}"
+                f"party {c}"
+                if c >= self.n_clients
+                else named[c]
+                if named is not None
+                else data_fingerprint(self._data(c))
                 for c in range(self.n_parties)
             )
         return self._slot_identities
 
     def _ledger(self, c):
-        """Party ``c``'s privacy ledger for this fit, the fit counted at its first step."""
+        """Party ``c``'s privacy ledger for this fit (keyed by its identity), the fit counted
+        at its first step."""
         if self._fit_token is None or self.policy.privacy_ledger is None:
             return None
         if c not in self._ledgers:
-            ledger = self.policy.ledger(
-                self._data(c),
-                self._fit_token,
-                fingerprint=None if c >= self.n_clients else self._identities()[c],
-            )
+            ledger = None
+            if c < self.n_clients:
+                ledger = self.policy.ledger(
+                    self._data(c),
+                    self._fit_token,
+                    node=self._identities()[c],
+                    source=f"client {c}",
+                    # A ledger of versions 1 and 2 was keyed by these rows.
+                    adopt="rows",
+                )
             if ledger is not None:
                 ledger.enter_fit()
             self._ledgers[c] = ledger

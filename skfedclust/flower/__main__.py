@@ -1,4 +1,4 @@
-"""Command line of skfedclust.flower: ``python -m skfedclust.flower keygen PATH``.
+"""Command line of skfedclust.flower: ``keygen``, ``show`` and ``ledger``.
 
 ``keygen`` writes a node's long-term identity key (Ed25519, PEM, readable by
 its owner only) and prints its public key and fingerprint. The node's
@@ -6,6 +6,20 @@ operator points the ``identity-key`` field of the node config at the file and
 sends the printed line to the other operators, who add it to their
 ``trusted-identities`` file; comparing the fingerprint over another channel
 (a phone call) guards against a swapped line.
+
+``keygen NEW.pem --rotate-from OLD.pem`` replaces a node's identity key: the
+old key signs the new one (the chain is written to ``NEW.pem.rotation``), and
+the printed line carries the link (``rotated-from=... rotation-signature=...``).
+The node's ledger goes on under its first key, and peers whose trust file
+holds the line count the new key as the same participant: an honest key
+change needs no ledger reset.
+
+``ledger show --dir DIR`` prints what the node's privacy ledgers hold (or
+their damage); ``ledger reset --dir DIR --what budget|fits|sums|all [--node
+NODE]`` is the operator's explicit reset, recorded in the ledger: nothing
+else starts a node's budget or its count of fits afresh (a ledger written
+once and then missing or damaged is refused, rule ``ledger-damaged``, and
+only ``--what all`` resets one). Deleting the whole directory is a reset too.
 """
 
 from __future__ import annotations
@@ -22,23 +36,72 @@ def main(argv=None):
     keygen.add_argument("path", help="file to write the private key to")
     keygen.add_argument("--name", default=None, help="name to print before the key")
     keygen.add_argument("--force", action="store_true", help="overwrite an existing file")
+    keygen.add_argument(
+        "--rotate-from",
+        default=None,
+        metavar="OLD",
+        help="the identity key this one replaces: it signs the new key, so the node's ledger "
+        "and its peers' count both as one node",
+    )
     show = commands.add_parser("show", help="print the public key of an identity key file")
     show.add_argument("path")
     show.add_argument("--name", default=None)
+    ledger = commands.add_parser("ledger", help="show or reset a node's privacy ledgers")
+    ledger.add_argument("action", choices=("show", "reset"))
+    ledger.add_argument("--dir", required=True, help="the node's privacy-ledger directory")
+    ledger.add_argument(
+        "--what",
+        choices=("budget", "fits", "sums", "all"),
+        default=None,
+        help="reset the DP budget, the count of fits, the secure sums' record, or all",
+    )
+    ledger.add_argument(
+        "--node",
+        default=None,
+        help="the node whose ledger to reset (its identity fingerprint, or name:<client-name>); "
+        "default: every ledger of the directory",
+    )
     args = parser.parse_args(argv)
+    if args.command == "ledger":
+        return _ledger(parser, args)
 
     from ._crypto import IdentityKey
 
+    options = ""
     if args.command == "keygen":
         if os.path.exists(args.path) and not args.force:
             parser.exit(2, f"{args.path} exists; pass --force to replace it\n")
-        key = IdentityKey()
-        key.save(args.path)
+        if args.rotate_from is not None:
+            from ._rotation import rotate
+
+            key, options = rotate(args.rotate_from, args.path)
+            options = f" {options}"
+        else:
+            key = IdentityKey()
+            key.save(args.path)
     else:
         key = IdentityKey.load(args.path)
     name = f"{args.name} " if args.name else ""
-    print(f"{name}ed25519:{key.public_bytes.hex()}")
+    print(f"{name}ed25519:{key.public_bytes.hex()}{options}")
     print(f"# fingerprint {key.fingerprint}", file=sys.stdout)
+    return 0
+
+
+def _ledger(parser, args):
+    from ..node._ledger import ledger_summaries, reset_ledger
+
+    if args.action == "show":
+        for line in ledger_summaries(args.dir) or [f"{args.dir}: no ledger"]:
+            print(line)
+        return 0
+    if args.what is None:
+        parser.exit(2, "ledger reset needs --what budget|fits|sums|all\n")
+    try:
+        names = reset_ledger(args.dir, args.what, node=args.node)
+    except (PermissionError, ValueError) as exc:
+        parser.exit(2, f"{exc}\n")
+    for name in names:
+        print(f"{name}: {args.what} reset")
     return 0
 
 

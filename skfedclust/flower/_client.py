@@ -141,8 +141,13 @@ def _authentication(node_config):
     return identity, _crypto.load_trusted_identities(path)
 
 
-def policy_summary(policy, node_config):
-    """The public summary of a node's policy and authentication, sent in its handshake."""
+def policy_summary(policy, node_config, ledger=None):
+    """The public summary of a node's policy and authentication, sent in its handshake.
+
+    With its ``ledger``, what the node has spent and has left of its budget
+    and of its fits (``ledger``: ``fits_used``, ``fits_left``,
+    ``epsilon_spent``, ``epsilon_left``), this fit counted.
+    """
     return {
         "allowed_methods": policy.allowed_methods,
         "min_rows_per_vector": policy.min_rows_per_vector,
@@ -152,7 +157,8 @@ def policy_summary(policy, node_config):
         "dp_epsilon": policy.dp_epsilon,
         "dp_trusted_shares": int(policy.dp_trusted_shares),
         "privacy_ledger": policy.privacy_ledger is not None,
-        "max_fits": policy.max_fits,
+        "max_fits": None if ledger is None else ledger.max_fits,
+        "ledger": None if ledger is None else ledger.status(policy.dp_epsilon, policy.dp_delta),
         "max_bound_queries": policy.max_bound_queries,
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
@@ -415,13 +421,50 @@ def _drop_records(context, keep=None):
                 del context.state[key]
 
 
+def _ledger_node(identity, name, key_path=None):
+    """Whose ledger a node keeps: its identity key's fingerprint, else its name, else "node".
+
+    Never its rows: a node's budget and count of fits are the node's, and a
+    changed row does not make it another node. A node without an identity key
+    or a name is the one node of its ledger directory. A rotated identity key
+    (``keygen --rotate-from``) keeps the ledger of the node's first key.
+    """
+    if identity is not None:
+        if key_path is not None:
+            from ._rotation import ledger_identity
+
+            return ledger_identity(identity, key_path)
+        return identity.fingerprint
+    if name is not None:
+        return f"name:{name}"
+    return "node"
+
+
+def _ledger_identities(identities, node_config):
+    """The peers' identities as the node's ledger records them: a key its trust file says was
+    rotated from another (each link signed by the key it replaces) is that key's node."""
+    path = node_config.get(TRUSTED_IDENTITIES)
+    if path is None or identities is None:
+        return identities
+    from ._rotation import canonical_identities, load_rotations
+
+    return canonical_identities(identities, load_rotations(path))
+
+
 def _node_ledger(policy, record, session):
-    """The node's privacy ledger for this fit, from the fingerprint its handshake took."""
+    """The node's privacy ledger for this fit, of the node its handshake named.
+
+    The handshake wrote it: from here on a missing file is damage.
+    """
     if policy.privacy_ledger is None or "ledger" not in record:
         return None
     from ..node._ledger import NodeLedger
+    from ..node._policy import DEFAULT_MAX_FITS
 
-    return NodeLedger(policy.privacy_ledger, record["ledger"], session, max_fits=policy.max_fits)
+    max_fits = DEFAULT_MAX_FITS if policy.max_fits is None else policy.max_fits
+    return NodeLedger(
+        policy.privacy_ledger, record["ledger"], session, max_fits=max_fits, written=True
+    )
 
 
 def _load_state(context, session, which=STATE):
@@ -658,14 +701,22 @@ class _Service:
                 "last": "{}",
             }
         )
-        ledger = policy.ledger(data, session)
+        name = self.client_name(context.node_config)
+        ledger = policy.ledger(
+            data,
+            session,
+            node=_ledger_node(identity, name, context.node_config.get(IDENTITY_KEY)),
+            source=context.node_config.get("data-path"),
+            # The node's own directory: its ledgers keyed by rows are all its.
+            adopt="all",
+        )
         if ledger is not None:
-            # Refused here (max-fits), before the node sends anything of this fit.
+            # Refused here (max-fits, ledger-damaged), before the node sends
+            # anything of this fit.
             ledger.enter_fit()
-            context.state[_key(NODE, session)]["ledger"] = ledger.fingerprint
+            context.state[_key(NODE, session)]["ledger"] = ledger.node
         _save_state(context, session, {})
         _save_state(context, session, {}, OUTPUTS)
-        name = self.client_name(context.node_config)
         layout = self.layout(context.node_config) if data is not None else None
         if layout is not None:
             layout = _checked_layout(layout, data.shape[1])
@@ -687,7 +738,7 @@ class _Service:
             "identity": None if identity is None else identity.public_bytes.hex(),
             "key_signature": None if signature is None else signature.hex(),
             "nonce": nonce.hex(),
-            "policy": policy_summary(policy, context.node_config),
+            "policy": policy_summary(policy, context.node_config, ledger),
             "version": __version__,
             "row_group": None if layout is None else layout[0],
             "columns": None if layout is None else layout[1],
@@ -724,7 +775,7 @@ class _Service:
         if control.get("begin"):
             # The whole roster is checked before this node seals or opens anything.
             identities = _check_roster(control["begin"], context.node_config, record)
-            record["identities"] = json.dumps(identities)
+            record["identities"] = json.dumps(_ledger_identities(identities, context.node_config))
             record["begin"] = json.dumps(control["begin"])
             record["roster"] = _crypto.roster_digest(control["begin"]["roster"])
         if not record["begin"]:

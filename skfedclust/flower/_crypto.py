@@ -273,7 +273,8 @@ def load_trusted_identities(path):
     One identity per line, optionally after a name: ``ed25519:<64 hex>`` (the
     public key) or ``sha256:<64 hex>`` (its :func:`fingerprint`, as
     ``python -m skfedclust.flower keygen`` prints it). Blank lines and lines
-    starting with ``#`` are ignored.
+    starting with ``#`` are ignored, and so are ``option=value`` words (a
+    rotated key's link, read by :func:`~skfedclust.flower._rotation.load_rotations`).
 
     Returns
     -------
@@ -283,7 +284,7 @@ def load_trusted_identities(path):
     trusted = {}
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
-            words = line.split("#", 1)[0].split()
+            words = [w for w in line.split("#", 1)[0].split() if "=" not in w]
             if not words:
                 continue
             entry, name = words[-1], " ".join(words[:-1]) or None

@@ -390,7 +390,9 @@ def fit_on_flower(
         ``allow_clear_sums``, ``dp_epsilon`` (its own budget, ``None``: none),
         ``dp_trusted_shares`` (the noise shares it counts on),
         ``privacy_ledger`` (the budget holds across fits), ``max_fits``,
-        ``max_bound_queries``,
+        ``ledger`` (with a ledger, this fit counted: ``fits_used``,
+        ``fits_left``, ``epsilon_spent``, ``epsilon_left``, ``None`` without
+        a budget), ``max_bound_queries``,
         ``trusted_identities`` (it has a trust file) and
         ``allow_unauthenticated``; what a node says, for the operator to read:
         each node enforces its own) and ``client_outputs_`` (rows of each
@@ -592,6 +594,17 @@ def _describe_budget(policy):
         budget = f"DP budget epsilon {epsilon:g} {span}"
     if policy.get("max_fits") is not None:
         budget += f", at most {policy['max_fits']} fits"
+    ledger = policy.get("ledger")
+    if isinstance(ledger, dict):
+        # What the node's ledger holds, this fit counted: the operator sees a
+        # budget running out before a fit is refused for it.
+        budget += f" ({ledger.get('fits_used')} used"
+        if ledger.get("epsilon_left") is not None:
+            budget += (
+                f", epsilon {ledger.get('epsilon_spent', 0.0):.3g} spent, "
+                f"{ledger['epsilon_left']:.3g} left"
+            )
+        budget += ")"
     return budget
 
 

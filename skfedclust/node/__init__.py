@@ -26,8 +26,9 @@ from ._declarations import (
     summary,
 )
 from ._dp import MIN_SURVIVORS, charge_node, private_normal
-from ._ledger import NodeLedger, data_fingerprint
+from ._ledger import NodeLedger, data_fingerprint, ledger_summaries, reset_ledger
 from ._policy import (
+    DEFAULT_MAX_FITS,
     DEFAULT_MIN_SUM_PARTICIPANTS,
     NODE_ACCOUNTANT,
     PRIVATE_ROWS,
@@ -40,6 +41,7 @@ from ._refusal import RULES, NodeRefusal, refuse
 from ._sum_guard import SumRecord, SumRefusal
 
 __all__ = [
+    "DEFAULT_MAX_FITS",
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "MIN_SURVIVORS",
     "NODE_ACCOUNTANT",
@@ -59,11 +61,13 @@ __all__ = [
     "declared_releases",
     "default_ledger_directory",
     "dp_release",
+    "ledger_summaries",
     "method_step_modules",
     "on_private_rows",
     "private_normal",
     "refuse",
     "releases_rows",
+    "reset_ledger",
     "sum_only",
     "summand",
     "summary",

@@ -209,10 +209,25 @@ def charge_node(state, party, releases, noise_share):
         or noise_share < 1
     ):
         raise SumRefusal("noise-share", f"noise_share={noise_share!r} is not an int >= 1")
-    accountant = node_accountant(state, party)
-    before = len(accountant.releases)
     ledger = getattr(party, "ledger", None)
-    span = f"across the fits kept in {ledger.path}" if ledger is not None else "for this fit"
+    if ledger is None:
+        accountant = _charge(node_accountant(state, party), releases, "for this fit")
+    else:
+        # One lock across reading what was spent, checking the budget and
+        # writing the charge: a fit of the same node running at once charges
+        # before or after, never in between (both would pass the check).
+        with ledger.locked():
+            accountant = node_accountant(state, party)
+            before = len(accountant.releases)
+            _charge(accountant, releases, f"across the fits kept in {ledger.path}")
+            # Written before the noise is drawn and anything leaves the node.
+            new = accountant.releases[before:]
+            ledger.record_releases([(r.what, r.sensitivity, r.sigma, r.count) for r in new])
+    return {NODE_ACCOUNTANT: accountant, MIN_SURVIVORS: int(noise_share)}
+
+
+def _charge(accountant, releases, span):
+    """Charge ``releases`` to ``accountant``; a refusal names the budget's ``span``."""
     for what, sensitivity, sigma in releases:
         try:
             accountant.charge(what, sensitivity=sensitivity, sigma=sigma)
@@ -220,11 +235,7 @@ def charge_node(state, party, releases, noise_share):
             raise SumRefusal("dp-budget", f"this node's own budget {span}: {exc}") from exc
         except ValueError as exc:
             raise SumRefusal("dp-noise", f"the release {what!r} is not private: {exc}") from exc
-    if ledger is not None:
-        # Written before the noise is drawn and anything leaves the node.
-        new = accountant.releases[before:]
-        ledger.record_releases([(r.what, r.sensitivity, r.sigma, r.count) for r in new])
-    return {NODE_ACCOUNTANT: accountant, MIN_SURVIVORS: int(noise_share)}
+    return accountant
 
 
 def private_normal(party, std, shape):

@@ -76,12 +76,16 @@ node therefore checks each request against its own policy before it answers:
     farthest row. A repeat with the same inputs is not counted. ``0`` turns
     the limit off.
 ``privacy-ledger``
-    A directory where the node keeps, for each data set it holds, every
-    differentially private release it charged, every fit it took part in and
-    the record of its secure sums (``skfedclust.federation._node_ledger``):
-    ``dp-epsilon`` and ``dp-delta`` then bound all fits on those rows
-    together, not each fit, and a sum repeated by a later fit over other
-    clients is refused (rule ``one-sum-per-input``). By default the per-user
+    A directory where the node keeps, in one ledger per node (keyed by its
+    identity key, else its name; never by its rows), every differentially
+    private release it charged, every fit it took part in and the record of
+    its secure sums (:mod:`skfedclust.node._ledger`): ``dp-epsilon`` and
+    ``dp-delta`` then bound all the node's fits together, whatever data set
+    or version of it each ran on, and a sum repeated by a later fit over
+    other clients is refused (rule ``one-sum-per-input``). A ledger written
+    once and then missing or damaged is refused (rule ``ledger-damaged``);
+    only its operator resets it (``python -m skfedclust.flower ledger
+    reset``, or deleting the directory). By default the per-user
     state directory (:func:`default_ledger_directory`:
     ``$SKFEDCLUST_STATE_DIR/ledger``, else
     ``$XDG_STATE_HOME/skfedclust/ledger``, else
@@ -89,8 +93,10 @@ node therefore checks each request against its own policy before it answers:
     weakens the node: its budget is then per fit, and a coordinator that
     starts fit after fit can take the difference of two sums of them.
 ``max-fits``
-    With a ledger: the most fits the node's rows take part in (no limit by
-    default); a fit beyond it is refused at the handshake (rule ``max-fits``).
+    With a ledger: the most fits the node takes part in, all its data sets
+    together (:data:`DEFAULT_MAX_FITS`, 100, by default; set it higher to
+    allow more); a fit beyond it is refused at the handshake (rule
+    ``max-fits``).
 
 Every party has a policy: a Flower node reads it from its node config (the
 defaults above when a field is absent); a simulated party gets
@@ -116,6 +122,7 @@ from ._methods import package_method, package_method_names
 from ._refusal import NodeRefusal
 
 __all__ = [
+    "DEFAULT_MAX_FITS",
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "NODE_ACCOUNTANT",
     "PAID_SUMMAND",
@@ -135,6 +142,11 @@ DEFAULT_MIN_ROWS_PER_VECTOR = 2
 DEFAULT_RAW_ROW_TOLERANCE = 1e-4
 #: Bound agreements a node answers per fit for one step with different inputs.
 DEFAULT_MAX_BOUND_QUERIES = 8
+#: Fits a node with a ledger takes part in unless its operator sets ``max-fits``:
+#: a few fits a day for a month of honest use (model selection runs one fit per
+#: candidate), while a coordinator that restarts fit after fit to average out
+#: what is not noise meets a wall it cannot pass by changing a row.
+DEFAULT_MAX_FITS = 100
 
 #: A simulated party's ``dp_trusted_shares``: every share the estimator announces.
 SIMULATION_TRUSTED_SHARES = 2**31 - 1
@@ -325,12 +337,13 @@ class NodePolicy:
         0: no limit).
     privacy_ledger : str, path-like, None or False, default=None
         The node's ledger directory: its budget, its count of fits and its
-        secure sums' record hold across fits on the same rows. ``None``: the
+        secure sums' record hold across all the node's fits. ``None``: the
         per-user state directory (:func:`default_ledger_directory`, read
         when the ledger is used); ``False`` or ``"none"``: no ledger (the
         budget and the sums' rules are per fit, a weaker node).
     max_fits : int or None, default=None
-        With ``privacy_ledger``: the most fits on the node's rows.
+        With ``privacy_ledger``: the most fits of the node (``None``:
+        :data:`DEFAULT_MAX_FITS`).
     dp_trusted_shares : int, default=1
         How many clients' shares of a release's noise the node counts on: it
         adds ``sigma / sqrt(dp_trusted_shares)`` whatever the coordinator
@@ -517,19 +530,55 @@ class NodePolicy:
             return str(default_ledger_directory())
         return self._privacy_ledger
 
-    def ledger(self, data, fit, *, fingerprint=None):
-        """The node's ledger of ``data`` for the fit ``fit`` (``None`` without one).
+    def ledger(self, data, fit, *, node=None, source=None, written=False, adopt=None):
+        """The node's ledger for the fit ``fit`` (``None`` without one, or without data).
 
-        ``fingerprint``: ``data``'s :func:`data_fingerprint`, if already known.
+        Parameters
+        ----------
+        data : ndarray or None
+            The rows the fit runs on: their fingerprint is noted with the
+            fit, as information; the ledger is the node's, not the rows'.
+        fit : str
+            The fit's token.
+        node : str
+            The node's identity (its identity key's fingerprint, else its
+            name): one budget and one count of fits per node.
+        source : str, default=None
+            The data set's name (its path), noted with the fit.
+        written : bool, default=False
+            The ledger was written earlier in this fit.
+        adopt : {"all", "rows"} or None, default=None
+            Ledgers of versions 1 and 2 (keyed by rows) this node takes over
+            when its ledger is new: every one of the directory (a deployed
+            node's own directory), or the one of ``data``'s rows.
+
+        Returns
+        -------
+        ledger : NodeLedger or None
+            With ``max-fits`` if set, else :data:`DEFAULT_MAX_FITS`.
         """
         directory = self.privacy_ledger
         if directory is None or data is None:
             return None
-        from ._ledger import NodeLedger, data_fingerprint
+        if node is None:
+            raise ValueError("a node's ledger is keyed by the node: pass its identity or name")
+        from ._ledger import NodeLedger, data_fingerprint, legacy_ledgers
 
-        if fingerprint is None:
-            fingerprint = data_fingerprint(data)
-        return NodeLedger(directory, fingerprint, fit, max_fits=self.max_fits)
+        fingerprint = data_fingerprint(data)
+        data_set = {"source": source, "rows": fingerprint, "n_rows": int(np.shape(data)[0])}
+        if adopt is None or written:
+            adopt = ()
+        else:
+            adopt = legacy_ledgers(directory, None if adopt == "all" else fingerprint)
+        return NodeLedger(
+            directory,
+            node,
+            fit,
+            max_fits=DEFAULT_MAX_FITS if self.max_fits is None else self.max_fits,
+            data_set=data_set,
+            written=written,
+            adopt=adopt,
+        )
 
     def check_method(self, method):
         """Refuse a fit of ``method`` (an estimator class name) that the policy does not allow."""

@@ -87,7 +87,7 @@ RULES = {
         "more bound agreements per fit and step than the limit",
         "max-bound-queries",
     ),
-    "max-fits": ("a fit beyond the most its rows take part in", "max-fits"),
+    "max-fits": ("a fit beyond the most the node takes part in (100 by default)", "max-fits"),
     "ledger-damaged": (
         "running with a ledger that was written and is now missing, empty or damaged",
         "privacy-ledger",
