@@ -27,6 +27,7 @@ from ._declarations import (
 )
 from ._dp import MIN_SURVIVORS, charge_node, private_normal
 from ._ledger import NodeLedger, data_fingerprint
+from ._node_config import NODE_CONFIG_FIELDS, NodeConfigField, check_node_config
 from ._policy import (
     DEFAULT_MIN_SUM_PARTICIPANTS,
     NODE_ACCOUNTANT,
@@ -42,10 +43,12 @@ from ._sum_guard import SumRecord, SumRefusal
 __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "MIN_SURVIVORS",
+    "NODE_CONFIG_FIELDS",
     "NODE_ACCOUNTANT",
     "PRIVATE_ROWS",
     "RELEASE_KINDS",
     "RULES",
+    "NodeConfigField",
     "NodeLedger",
     "NodePolicy",
     "NodeRefusal",
@@ -54,6 +57,7 @@ __all__ = [
     "bound_only",
     "charge_node",
     "charged_to_node",
+    "check_node_config",
     "data_fingerprint",
     "data_independent",
     "declared_releases",
