@@ -331,3 +331,104 @@ def test_the_policy_module_docstring_lists_every_policy_field():
     listed = {name for line in heads for name in re.findall(r"``([a-z-]+)``", line)}
     assert {f.name for f in POLICY_FIELDS} <= listed
     assert listed <= set(NODE_CONFIG_FIELDS)
+
+
+# --------------------------------------------------------------------------- #
+# On Flower: refused at the node's first message, with the field named
+# --------------------------------------------------------------------------- #
+@pytest.fixture
+def flower():
+    """The Flower tests' local grid and helpers (Flower is optional)."""
+    pytest.importorskip("flwr")
+    import test_flower
+
+    return test_flower
+
+
+def _fit(flower, configs, load_data=None, **app_kwargs):
+    from skfedclust import KFed
+    from skfedclust.flower import fit_on_flower, make_client_app
+
+    clients = flower._clients()
+    app = make_client_app(
+        load_data or flower.Clients(clients),
+        save_output=flower.Memory(),
+        allowed_modules=flower.ALLOWED,
+        **app_kwargs,
+    )
+    grid = flower.LocalGrid(app, configs)
+    estimator = KFed(n_clusters=4, random_state=0)
+    fit_on_flower(estimator, grid, n_nodes=len(configs), timeout=30, allowed_modules=flower.ALLOWED)
+    return estimator, grid
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("dp-epsilom", 1.0, r"unknown node-config field 'dp-epsilom' \(did you mean 'dp-epsilon'"),
+        ("min-rows-per-vectr", 5, "did you mean 'min-rows-per-vector'"),
+        ("min-rows-per-vector", 0.5, r"min-rows-per-vector=0\.5: expected an integer >= 0"),
+        ("refuse-raw-rows", "", "refuse-raw-rows is empty"),
+        ("max-bound-queries", "nan", "max-bound-queries='nan': expected an integer"),
+        ("step-worker", "maybe", "step-worker='maybe': expected true or false"),
+    ],
+)
+def test_a_flower_node_refuses_a_bad_field_at_its_handshake(flower, field, value, message):
+    from skfedclust.flower import FlowerNodeError
+
+    configs = [{"partition-id": i} for i in range(4)]
+    configs[2][field] = value
+    with pytest.raises(FlowerNodeError, match=f"handshake.*{message}") as info:
+        _fit(flower, configs)
+    assert "102" in str(info.value)  # the node is named
+
+
+def test_a_flower_node_accepts_its_apps_own_fields_once_declared(flower, tmp_path):
+    from skfedclust.flower import FileLoader, FileWriter, FlowerNodeError
+
+    clients = flower._clients()
+
+    class BySite:
+        def __call__(self, node_config):
+            return clients[int(node_config["site"])]
+
+    configs = [{"partition-id": i, "site": str(i)} for i in range(4)]
+    with pytest.raises(FlowerNodeError, match="unknown node-config field 'site'"):
+        _fit(flower, configs, load_data=BySite())
+    estimator, _ = _fit(flower, configs, load_data=BySite(), node_config_fields=["site"])
+    assert estimator.cluster_centers_.shape == (4, 2)
+    # The fields a FileLoader's or FileWriter's pattern names are the app's own.
+    assert FileLoader("{folder}/site_{partition-id:d}.npy").node_config_fields == (
+        "folder",
+        "partition-id",
+    )
+    assert FileWriter("/out/{key}_{site}.npy").node_config_fields == ("site",)
+    assert FileWriter().node_config_fields == ()
+    for i, block in enumerate(clients):
+        np.save(tmp_path / f"site_{i}.npy", block)
+    configs = [{"partition-id": i, "folder": str(tmp_path)} for i in range(4)]
+    with pytest.raises(FlowerNodeError, match="unknown node-config field 'folder'"):
+        _fit(flower, configs, load_data=BySite())
+    estimator, _ = _fit(flower, configs, load_data=FileLoader("{folder}/site_{partition-id}.npy"))
+    assert estimator.cluster_centers_.shape == (4, 2)
+
+
+def test_a_malformed_step_worker_field_runs_in_the_node_whose_app_refuses_it():
+    pytest.importorskip("flwr")
+    import os
+
+    from test_flower_worker import _context, _message
+
+    from skfedclust.flower import make_worker_client_app
+
+    app = make_worker_client_app("flower_toy_app:app")
+    # No worker is started on a value that is not a true word, or not positive
+    # seconds: the message runs in this process, whose real ClientApp (one of
+    # make_client_app) checks the field and refuses it, naming it.
+    for config in (
+        {"step-worker": "maybe"},
+        {"step-worker": True, "step-worker-idle": "abc"},
+        {"step-worker": True, "step-worker-idle": -1},
+    ):
+        reply = app(_message(0), _context(**config))
+        assert reply.content["reply"]["pid"] == os.getpid()
