@@ -912,7 +912,7 @@ def make_client_app(
     node_config_fields : iterable of str, default=()
         Node-config fields the app's own functions read (``load_data``,
         ``save_output``, ...) besides those of the package
-        (:data:`~skfedclust.node._node_config.NODE_CONFIG_FIELDS`, the Flower
+        (``NODE_CONFIG_FIELDS`` of ``skfedclust.node``, the Flower
         guide's node-config reference). The node refuses, at its first
         message and naming the field, any other field (a misspelt one) and
         any value a field of the package cannot take; the fields named here
@@ -941,8 +941,8 @@ def make_client_app(
       with a warning, its roster checked except for the signatures: its
       sealed messages then resist a passive server only.
     * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``,
-      ``min-sum-participants`` and the other fields of
-      :data:`~skfedclust.node._node_config.POLICY_FIELDS`: the node's policy (``NodePolicy`` of
+      ``min-sum-participants`` and the other policy fields of the Flower
+      guide's node-config reference: the node's policy (``NodePolicy`` of
       ``skfedclust.node._policy``), checked before it
       answers any request and, through its :class:`~skfedclust.federation.Party`,
       inside the client steps (a secure sum's minimum of participants). Its
