@@ -432,3 +432,44 @@ def test_a_malformed_step_worker_field_runs_in_the_node_whose_app_refuses_it():
     ):
         reply = app(_message(0), _context(**config))
         assert reply.content["reply"]["pid"] == os.getpid()
+
+
+def _documented_node_configs():
+    """Every ``--node-config "..."`` of the Flower guide and the example's RUNNING.md."""
+    for path in (
+        ROOT / "doc" / "user_guide" / "flower.rst",
+        ROOT / "examples" / "flower_app" / "RUNNING.md",
+    ):
+        for match in re.finditer(r'--node-config\s+"([^"]+)"', path.read_text()):
+            yield path.name, " ".join(match.group(1).replace("\\\n", " ").split())
+
+
+def test_the_node_configs_the_docs_and_the_example_give_are_accepted(tmp_path, monkeypatch):
+    pytest.importorskip("flwr")
+    import contextlib
+    import io
+    import shlex
+    import sys
+
+    from flwr.common.config import parse_config_args
+
+    documented = list(_documented_node_configs())
+    assert len(documented) >= 5
+    # The commands the example's prepare_data.py prints, for three nodes and a share holder.
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "flower_app"))
+    monkeypatch.delitem(sys.modules, "prepare_data", raising=False)
+    import prepare_data
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        prepare_data.main(str(tmp_path), 3, 9093, 1)
+    for line in printed.getvalue().splitlines():
+        args = shlex.split(line)
+        documented.append(("prepare_data.py", args[args.index("--node-config") + 1]))
+    for where, text in documented:
+        config = parse_config_args([text])
+        # As flower-supernode reads it: typed values, every field known and well formed.
+        policy = NodePolicy.from_node_config(config)
+        assert check_node_config(config), where
+        if "min-sum-participants" in config:
+            assert policy.min_sum_participants == 3
