@@ -473,3 +473,25 @@ def test_the_node_configs_the_docs_and_the_example_give_are_accepted(tmp_path, m
         assert check_node_config(config), where
         if "min-sum-participants" in config:
             assert policy.min_sum_participants == 3
+
+
+def test_an_operator_checks_a_node_config_before_starting_the_node(capsys):
+    pytest.importorskip("flwr")
+    from skfedclust.flower.__main__ import main
+
+    good = "data-path='a.npy' site='x' min-rows-per-vector=0 privacy-ledger='none'"
+    assert main(["check-config", good, "--field", "site"]) == 0
+    out = capsys.readouterr().out
+    assert "min-rows-per-vector = 0" in out and "site = 'x' (the app's own field)" in out
+    assert "min_rows_per_vector=None" in out  # 0, said explicitly: the rule is off
+    for text, named in (
+        ("data-path='a.npy' site='x'", "unknown node-config field 'site'"),
+        ("min-rows-per-vectr=2", "did you mean 'min-rows-per-vector'"),
+        ("min-rows-per-vector=0.5", "min-rows-per-vector=0.5: expected an integer"),
+        ("refuse-raw-rows=''", "refuse-raw-rows is empty"),
+        ("refuse-raw-rows=strict", "flower-supernode would not read"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(["check-config", text])
+        assert info.value.code == 2
+        assert named in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Command line of skfedclust.flower: ``python -m skfedclust.flower keygen PATH``.
+"""Command line of skfedclust.flower: ``keygen``, ``show`` and ``check-config``.
 
 ``keygen`` writes a node's long-term identity key (Ed25519, PEM, readable by
 its owner only) and prints its public key and fingerprint. The node's
@@ -6,6 +6,13 @@ operator points the ``identity-key`` field of the node config at the file and
 sends the printed line to the other operators, who add it to their
 ``trusted-identities`` file; comparing the fingerprint over another channel
 (a phone call) guards against a swapped line.
+
+``check-config "NODE_CONFIG"`` checks a ``--node-config`` value as a node
+reads it at its first message (every field known and well formed, see the
+Flower guide's node-config reference), so that its operator finds a misspelt
+field before starting the SuperNode; ``--field NAME`` declares a field the
+app's own loader reads. It prints each field as the node reads it and the
+policy, or the refusal, naming the field (exit status 2).
 """
 
 from __future__ import annotations
@@ -25,7 +32,19 @@ def main(argv=None):
     show = commands.add_parser("show", help="print the public key of an identity key file")
     show.add_argument("path")
     show.add_argument("--name", default=None)
+    check = commands.add_parser(
+        "check-config", help="check a --node-config value as a node reads it"
+    )
+    check.add_argument("node_config", help="the --node-config value, as given to the SuperNode")
+    check.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        help="a field the app's own functions read (repeat for several)",
+    )
     args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return _check_config(parser, args.node_config, args.field)
 
     from ._crypto import IdentityKey
 
@@ -39,6 +58,31 @@ def main(argv=None):
     name = f"{args.name} " if args.name else ""
     print(f"{name}ed25519:{key.public_bytes.hex()}")
     print(f"# fingerprint {key.fingerprint}", file=sys.stdout)
+    return 0
+
+
+def _check_config(parser, text, fields):
+    """Print the node config ``text`` as a node reads it, or exit 2 with its refusal."""
+    from flwr.common.config import parse_config_args
+
+    from ..node._node_config import check_node_config
+    from ..node._policy import NodePolicy
+
+    try:
+        # As flower-supernode parses --node-config: typed values (2, true, 'text').
+        config = parse_config_args([text])
+    except Exception as exc:  # noqa: BLE001 - Flower raises click's exception, not a ValueError
+        parser.exit(2, f"flower-supernode would not read this --node-config: {exc}\n")
+    try:
+        values = check_node_config(config, fields)
+        policy = NodePolicy.from_node_config(config, fields)
+    except ValueError as exc:
+        parser.exit(2, f"node config refused: {exc}\n")
+    for name, value in values.items():
+        print(f"{name} = {value!r}")
+    for name in sorted(set(config) - set(values)):
+        print(f"{name} = {config[name]!r} (the app's own field)")
+    print(policy)
     return 0
 
 
