@@ -43,8 +43,8 @@ from ._sum_guard import SumRecord, SumRefusal
 __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "MIN_SURVIVORS",
-    "NODE_CONFIG_FIELDS",
     "NODE_ACCOUNTANT",
+    "NODE_CONFIG_FIELDS",
     "PRIVATE_ROWS",
     "RELEASE_KINDS",
     "RULES",
