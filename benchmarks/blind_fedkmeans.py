@@ -127,8 +127,7 @@ def main():
         ),
         "",
         (
-            f"The blind round's CPU per node first passes the other mode's at {crossover} "
-            "clients."
+            f"The blind round's CPU per node first passes the other mode's at {crossover} clients."
             if crossover
             else "The blind round's CPU per node stays below the other mode's at every size "
             "measured."

@@ -1885,7 +1885,6 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "min_sum_participants": 3,
                 "allow_clear_sums": False,
                 "dp_epsilon": None,
-                "dp_trusted_shares": 1,
                 "privacy_ledger": True,
                 # The finite default, and the node's first fit on its ledger.
                 "max_fits": 100,
@@ -1896,6 +1895,8 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                     "epsilon_left": None,
                 },
                 "max_bound_queries": 8,
+                "dp_trusted_shares": 1,
+                "allow_row_release": [],
                 "trusted_identities": True,
                 "allow_unauthenticated": False,
             }
@@ -1921,7 +1922,7 @@ def test_node_policy_fields_are_checked():
         NodePolicy.from_node_config({"allowed-methods": "KMeans"})
     with pytest.raises(ValueError, match="refuse-raw-rows='maybe'"):
         NodePolicy.from_node_config({"refuse-raw-rows": "maybe"})
-    with pytest.raises(ValueError, match="min-rows-per-vector must be >= 0"):
+    with pytest.raises(ValueError, match="min-rows-per-vector=-1: expected an integer >= 0"):
         NodePolicy.from_node_config({"min-rows-per-vector": -1})
     policy = NodePolicy.from_node_config({"allowed-methods": "KFed"})
     policy.check_step("skfedclust.methods._centroid_steps:label_by_nearest_center")
@@ -2082,7 +2083,8 @@ def test_a_node_gives_its_steps_its_cores_or_its_n_threads():
 
     assert node_threads({}) == threads_per_step(None) >= 1
     assert node_threads({"n-threads": 3}) == 3
-    assert node_threads({"n-threads": 0}) == 1
+    with pytest.raises(ValueError, match="n-threads=0: expected an integer >= 1"):
+        node_threads({"n-threads": 0})
 
 
 def test_the_flower_pages_transport_table_is_what_the_records_carry():

@@ -186,12 +186,13 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "min_sum_participants": 5,
         "allow_clear_sums": False,
         "dp_epsilon": None,
-        "dp_trusted_shares": 1,
         "privacy_ledger": True,
         # The finite default, and this node's first fit on its ledger.
         "max_fits": 100,
         "ledger": {"fits_used": 1, "fits_left": 99, "epsilon_spent": 0.0, "epsilon_left": None},
         "max_bound_queries": 8,
+        "dp_trusted_shares": 1,
+        "allow_row_release": [],
         "trusted_identities": True,
         "allow_unauthenticated": False,
     }

@@ -134,7 +134,7 @@ def test_policy_fields_are_checked():
         NodePolicy.from_node_config({"privacy-ledger": "none", "max-fits": "3"})
     with pytest.raises(ValueError, match="privacy-ledger is empty"):
         NodePolicy.from_node_config({"privacy-ledger": ""})
-    with pytest.raises(ValueError, match="max-fits must be an int >= 1"):
+    with pytest.raises(ValueError, match="max-fits=0: expected an integer >= 1"):
         NodePolicy(privacy_ledger="x", max_fits=0)
     policy = NodePolicy.from_node_config({"privacy-ledger": "/tmp/l", "max-fits": "4"})
     assert (policy.privacy_ledger, policy.max_fits) == ("/tmp/l", 4)

@@ -161,7 +161,7 @@ def test_strict_nodes_refuse_the_steps_that_release_rows_by_design():
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"refuse-raw-rows": "maybe"}, "expected true or false"),
+        ({"refuse-raw-rows": "maybe"}, "expected true, false or strict"),
         ({"min-rows-per-vector": -1}, ">= 0"),
         ({"min-sum-participants": 1}, ">= 2"),
         ({"raw-row-tolerance": "nan"}, "finite"),

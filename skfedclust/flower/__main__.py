@@ -1,4 +1,4 @@
-"""Command line of skfedclust.flower: ``keygen``, ``show`` and ``ledger``.
+"""Command line of skfedclust.flower: ``keygen``, ``show``, ``ledger`` and ``check-config``.
 
 ``keygen`` writes a node's long-term identity key (Ed25519, PEM, readable by
 its owner only) and prints its public key and fingerprint. The node's
@@ -20,6 +20,13 @@ NODE]`` is the operator's explicit reset, recorded in the ledger: nothing
 else starts a node's budget or its count of fits afresh (a ledger written
 once and then missing or damaged is refused, rule ``ledger-damaged``, and
 only ``--what all`` resets one). Deleting the whole directory is a reset too.
+
+``check-config "NODE_CONFIG"`` checks a ``--node-config`` value as a node
+reads it at its first message (every field known and well formed, see the
+Flower guide's node-config reference), so that its operator finds a misspelt
+field before starting the SuperNode; ``--field NAME`` declares a field the
+app's own loader reads. It prints each field as the node reads it and the
+policy, or the refusal, naming the field (exit status 2).
 """
 
 from __future__ import annotations
@@ -61,9 +68,21 @@ def main(argv=None):
         help="the node whose ledger to reset (its identity fingerprint, or name:<client-name>); "
         "default: every ledger of the directory",
     )
+    check = commands.add_parser(
+        "check-config", help="check a --node-config value as a node reads it"
+    )
+    check.add_argument("node_config", help="the --node-config value, as given to the SuperNode")
+    check.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        help="a field the app's own functions read (repeat for several)",
+    )
     args = parser.parse_args(argv)
     if args.command == "ledger":
         return _ledger(parser, args)
+    if args.command == "check-config":
+        return _check_config(parser, args.node_config, args.field)
 
     from ._crypto import IdentityKey
 
@@ -102,6 +121,30 @@ def _ledger(parser, args):
         parser.exit(2, f"{exc}\n")
     for name in names:
         print(f"{name}: {args.what} reset")
+
+
+def _check_config(parser, text, fields):
+    """Print the node config ``text`` as a node reads it, or exit 2 with its refusal."""
+    from flwr.common.config import parse_config_args
+
+    from ..node._node_config import check_node_config
+    from ..node._policy import NodePolicy
+
+    try:
+        # As flower-supernode parses --node-config: typed values (2, true, 'text').
+        config = parse_config_args([text])
+    except Exception as exc:  # noqa: BLE001 - Flower raises click's exception, not a ValueError
+        parser.exit(2, f"flower-supernode would not read this --node-config: {exc}\n")
+    try:
+        values = check_node_config(config, fields)
+        policy = NodePolicy.from_node_config(config, fields)
+    except ValueError as exc:
+        parser.exit(2, f"node config refused: {exc}\n")
+    for name, value in values.items():
+        print(f"{name} = {value!r}")
+    for name in sorted(set(config) - set(values)):
+        print(f"{name} = {config[name]!r} (the app's own field)")
+    print(policy)
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import string
 import traceback
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from ..federation._runtime import (
     threads_per_step,
 )
 from ..node._gate import admit_step, serve_step
+from ..node._node_config import node_config_value
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy, method_step_modules
@@ -92,15 +94,7 @@ def _identity(node_config):
 
 
 def _allows_unauthenticated(node_config):
-    value = node_config.get(ALLOW_UNAUTHENTICATED, False)
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"node config {ALLOW_UNAUTHENTICATED}={value!r}: expected true or false")
+    return node_config_value(node_config, ALLOW_UNAUTHENTICATED)
 
 
 def _authentication(node_config):
@@ -155,11 +149,12 @@ def policy_summary(policy, node_config, ledger=None):
         "min_sum_participants": int(policy.min_sum_participants),
         "allow_clear_sums": bool(policy.allow_clear_sums),
         "dp_epsilon": policy.dp_epsilon,
-        "dp_trusted_shares": int(policy.dp_trusted_shares),
         "privacy_ledger": policy.privacy_ledger is not None,
         "max_fits": None if ledger is None else ledger.max_fits,
         "ledger": None if ledger is None else ledger.status(policy.dp_epsilon, policy.dp_delta),
         "max_bound_queries": policy.max_bound_queries,
+        "dp_trusted_shares": int(policy.dp_trusted_shares),
+        "allow_row_release": list(policy.allow_row_release),
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
     }
@@ -235,6 +230,17 @@ def _write(path, values):
     return str(path)
 
 
+def _pattern_fields(pattern, skip=()):
+    """The names of the fields a format pattern reads (``"{data-path}"``: ``data-path``)."""
+    names = []
+    for _, field, _, _ in string.Formatter().parse(pattern):
+        if field:
+            name = field.split(".", 1)[0].split("[", 1)[0]
+            if name not in skip and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
 class FileLoader:
     """Load a node's rows from a file named by its node config.
 
@@ -252,6 +258,11 @@ class FileLoader:
 
     def __init__(self, pattern="{data-path}"):
         self.pattern = pattern
+
+    @property
+    def node_config_fields(self):
+        """The node-config fields the pattern names (the node accepts them)."""
+        return _pattern_fields(self.pattern)
 
     def __call__(self, node_config):
         try:
@@ -280,6 +291,11 @@ class FileWriter:
 
     def __init__(self, pattern=None):
         self.pattern = pattern
+
+    @property
+    def node_config_fields(self):
+        """The node-config fields the pattern names (``<key>-path`` fields are known anyway)."""
+        return () if self.pattern is None else _pattern_fields(self.pattern, skip=("key",))
 
     def __call__(self, node_config, key, values):
         config = dict(node_config)
@@ -336,7 +352,7 @@ def node_layout(node_config):
             f"the node config sets only one of {ROW_GROUP!r} and {COLUMNS!r}; a node of a "
             "vertical or hybrid federation declares both (e.g. row-group=0 columns='0,1,2')"
         )
-    return config[ROW_GROUP], config[COLUMNS]
+    return node_config_value(config, ROW_GROUP), node_config_value(config, COLUMNS)
 
 
 def _checked_layout(layout, n_features):
@@ -498,16 +514,14 @@ def _save_state(context, session, state, which=STATE):
 
 def node_threads(node_config):
     """Threads the node's client steps may use: its ``n-threads``, else the cores it may use."""
-    if N_THREADS in node_config:
-        return max(1, int(node_config[N_THREADS]))
-    return threads_per_step(None)
+    threads = node_config_value(node_config, N_THREADS)
+    return threads_per_step(None) if threads is None else threads
 
 
 def _private_entropy(node_config):
     """The node's private entropy: its ``private-seed``, else fresh OS entropy (as text)."""
-    if PRIVATE_SEED in node_config:
-        return str(int(node_config[PRIVATE_SEED]))
-    return str(np.random.SeedSequence().entropy)
+    seed = node_config_value(node_config, PRIVATE_SEED)
+    return str(np.random.SeedSequence().entropy if seed is None else seed)
 
 
 def _open_inbox(body, sealed, keys, begin, record, party, last):
@@ -607,6 +621,7 @@ class _Service:
         layout=node_layout,
         load_new_data=load_node_new_data,
         node_defaults=None,
+        node_config_fields=(),
     ):
         self.load_data = load_data
         self.load_new_data = load_new_data
@@ -615,6 +630,20 @@ class _Service:
         self.client_name = client_name
         self.layout = layout
         self.node_defaults = node_defaults
+        #: Fields the app's own functions read, besides the package's: explicit,
+        #: or named by the patterns of its FileLoader and FileWriter.
+        self.node_config_fields = tuple(
+            dict.fromkeys(
+                [
+                    *node_config_fields,
+                    *(
+                        field
+                        for function in (load_data, load_new_data, save_output, layout, client_name)
+                        for field in getattr(function, "node_config_fields", ())
+                    ),
+                ]
+            )
+        )
         self._cache = {}
 
     def apply_defaults(self, context):
@@ -676,8 +705,9 @@ class _Service:
     # -- handlers ----------------------------------------------------------------
     def hello(self, message, context):
         control, _, _ = from_content(message.content, "handshake")
-        # Refused here, before the node loads or reveals anything of its data.
-        policy = NodePolicy.from_node_config(context.node_config)
+        # Refused here, before the node loads or reveals anything of its data: the
+        # whole node config is checked, each unknown field and malformed value named.
+        policy = NodePolicy.from_node_config(context.node_config, self.node_config_fields)
         method = control.get("method")
         policy.check_method(str(method))
         if control.get("predict"):
@@ -785,7 +815,7 @@ class _Service:
         if int(control["party"]) != party:
             raise RuntimeError(f"a step for party {control['party']} reached party {party}")
         step = resolve_step(control["step"], self.allowed_modules)
-        policy = NodePolicy.from_node_config(context.node_config)
+        policy = NodePolicy.from_node_config(context.node_config, self.node_config_fields)
         # Admitted before the node opens its inbox; admitted again by the gate below.
         admit_step(step, policy, record["method"] or None, name=control["step"])
         keys = _crypto.KeyPair(record["private_key"])
@@ -888,6 +918,7 @@ def make_client_app(
     app=None,
     load_new_data=load_node_new_data,
     node_defaults=None,
+    node_config_fields=(),
 ):
     """A Flower ClientApp that runs skfedclust client steps on the node's own data.
 
@@ -932,6 +963,16 @@ def make_client_app(
         Flower's simulation, whose config holds only ``partition-id`` and
         ``num-partitions``, their identities. A callable
         ``node_defaults(node_config) -> dict`` may choose by node.
+    node_config_fields : iterable of str, default=()
+        Node-config fields the app's own functions read (``load_data``,
+        ``save_output``, ...) besides those of the package
+        (``NODE_CONFIG_FIELDS`` of ``skfedclust.node``, the Flower
+        guide's node-config reference). The node refuses, at its first
+        message and naming the field, any other field (a misspelt one) and
+        any value a field of the package cannot take; the fields named here
+        are accepted as they are. The fields named by the patterns of a
+        :class:`FileLoader` or :class:`FileWriter` passed as ``load_data``,
+        ``load_new_data`` or ``save_output`` are added.
 
     Notes
     -----
@@ -954,7 +995,8 @@ def make_client_app(
       with a warning, its roster checked except for the signatures: its
       sealed messages then resist a passive server only.
     * ``allowed-methods``, ``min-rows-per-vector``, ``refuse-raw-rows``,
-      ``min-sum-participants``: the node's policy (``NodePolicy`` of
+      ``min-sum-participants`` and the other policy fields of the Flower
+      guide's node-config reference: the node's policy (``NodePolicy`` of
       ``skfedclust.node._policy``), checked before it
       answers any request and, through its :class:`~skfedclust.federation.Party`,
       inside the client steps (a secure sum's minimum of participants). Its
@@ -978,6 +1020,7 @@ def make_client_app(
         layout,
         load_new_data,
         node_defaults,
+        node_config_fields,
     )
     app = ClientApp() if app is None else app
     for message_type, handler in (

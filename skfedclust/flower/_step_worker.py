@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import importlib
 import json
+import math
 import os
 import socket
 import stat
@@ -56,6 +57,17 @@ _OK, _ERROR = b"0", b"1"
 
 def _truthy(value):
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _idle_seconds(value):
+    """``step-worker-idle`` as positive finite seconds, or ``None`` if it is not one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def worker_socket_directory():
@@ -200,7 +212,11 @@ class _WorkerHandler:
         self.__name__ = "skfedclust_step_worker"
 
     def __call__(self, message, context):
-        if not _truthy(context.node_config.get("step-worker", False)):
+        idle = _idle_seconds(context.node_config.get("step-worker-idle", DEFAULT_IDLE_SECONDS))
+        if not _truthy(context.node_config.get("step-worker", False)) or idle is None:
+            # In this process; a malformed step-worker or step-worker-idle (anything
+            # but a true word, or positive seconds) is then refused by the real
+            # ClientApp, which checks every node-config field and names it.
             return _load_target(self.target)(message, context)
         from flwr.common.serde import (
             context_from_proto,
@@ -209,7 +225,6 @@ class _WorkerHandler:
             message_to_proto,
         )
 
-        idle = float(context.node_config.get("step-worker-idle", DEFAULT_IDLE_SECONDS))
         connection = _worker_connection(self.target, context.node_id, idle)
         with connection:
             _send(

@@ -27,6 +27,7 @@ from ._declarations import (
 )
 from ._dp import MIN_SURVIVORS, charge_node, private_normal
 from ._ledger import NodeLedger, data_fingerprint, ledger_summaries, reset_ledger
+from ._node_config import NODE_CONFIG_FIELDS, NodeConfigField, check_node_config
 from ._policy import (
     DEFAULT_MAX_FITS,
     DEFAULT_MIN_SUM_PARTICIPANTS,
@@ -45,9 +46,11 @@ __all__ = [
     "DEFAULT_MIN_SUM_PARTICIPANTS",
     "MIN_SURVIVORS",
     "NODE_ACCOUNTANT",
+    "NODE_CONFIG_FIELDS",
     "PRIVATE_ROWS",
     "RELEASE_KINDS",
     "RULES",
+    "NodeConfigField",
     "NodeLedger",
     "NodePolicy",
     "NodeRefusal",
@@ -56,6 +59,7 @@ __all__ = [
     "bound_only",
     "charge_node",
     "charged_to_node",
+    "check_node_config",
     "data_fingerprint",
     "data_independent",
     "declared_releases",

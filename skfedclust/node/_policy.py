@@ -24,6 +24,10 @@ node therefore checks each request against its own policy before it answers:
     center); ``strict`` also in the steps whose method releases rows by design
     (:func:`~skfedclust.federation.releases_rows`, listed on the Security
     page); ``false`` turns the check off.
+``raw-row-tolerance``
+    How close to one of its rows, in units of each feature's spread on the
+    node, a vector counts as that row for ``refuse-raw-rows`` (default
+    ``1e-4``; a finite number >= 0).
 ``dc-full-rank-maps``
     ``false`` (the default): in DC-Clustering the node refuses to map its rows
     to as many dimensions as it has features. The server colluding with any
@@ -57,6 +61,11 @@ node therefore checks each request against its own policy before it answers:
     calibrated for it, and its row count is public (its handshake says it):
     under ``add-remove`` a count would be a release no noise covers, so a
     node config asking for it is refused with that reason.
+``dp-trusted-shares``
+    How many clients' shares of a release's noise the node counts on (default
+    1, an integer >= 1): it adds ``sigma / sqrt(dp-trusted-shares)`` of the
+    noise whatever the coordinator announces, so that a release keeps its
+    noise with no fewer honest clients than its operator trusts.
 ``allow-clear-sums``
     ``false`` (the default): the node refuses to run on its own a step whose
     message is one client's statistic made to be added
@@ -97,6 +106,23 @@ node therefore checks each request against its own policy before it answers:
     together (:data:`DEFAULT_MAX_FITS`, 100, by default; set it higher to
     allow more); a fit beyond it is refused at the handshake (rule
     ``max-fits``).
+``allow-row-release``
+    Comma-separated estimator class names, checked as ``allowed-methods``'
+    (none by default): the methods whose steps that release rows by design
+    (the method's paper releases them, listed on the Security page) this
+    node runs; a node refuses such a step of any other method (rule
+    ``row-release``).
+
+Each field is checked when the policy is read (at a Flower node's first
+message), with the node's other node-config fields
+(:data:`~skfedclust.node._node_config.NODE_CONFIG_FIELDS`, the Flower guide's
+node-config reference): a field no node reads (a misspelt one) is refused
+with the closest known field, and so is a value its field cannot take
+(empty, ``'abc'``, ``'nan'``, fractional for an integer, out of range, a flag
+that is not true or false), naming the field and what it accepts. An empty
+value never turns a rule off: ``0`` does for ``min-rows-per-vector`` and
+``max-bound-queries``, ``false`` for ``refuse-raw-rows``, ``none`` for
+``privacy-ledger``. ``NodePolicy(...)`` checks its arguments the same way.
 
 Every party has a policy: a Flower node reads it from its node config (the
 defaults above when a field is absent); a simulated party gets
@@ -119,6 +145,7 @@ import numpy as np
 
 from ._declarations import declared_releases, on_private_rows
 from ._methods import package_method, package_method_names
+from ._node_config import NODE_CONFIG_FIELDS, POLICY_FIELDS, check_node_config
 from ._refusal import NodeRefusal
 
 __all__ = [
@@ -216,10 +243,6 @@ def method_step_modules(method):
     return (*own, *SHARED_STEP_MODULES)
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
 def default_ledger_directory():
     """The per-user directory of a node's privacy ledger (``privacy-ledger``'s default).
 
@@ -235,48 +258,9 @@ def default_ledger_directory():
     return base / "skfedclust" / "ledger"
 
 
-def _ledger_setting(value):
-    """``privacy-ledger`` as given: ``None`` (the default directory), ``False`` (none), a path."""
-    if value is None or value is False:
-        return value
-    if value is True:
-        return None
-    text = str(value).strip()
-    if text.lower() in ("none", "false"):
-        return False
-    if not text:
-        raise ValueError(
-            'privacy-ledger is empty: give a directory, or "none" to keep no ledger (a '
-            "weaker node: its budget and its secure sums' rules then hold per fit)"
-        )
-    return str(value)
-
-
-def _flag(value, field):
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE | _FALSE:
-        return text in _TRUE
-    raise ValueError(f"node config {field}={value!r}: expected true or false")
-
-
-def _number(value, field):
-    if value in (None, ""):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"node config {field}={value!r}: expected a number") from exc
-
-
-def _count(value, field):
-    if value in (None, ""):
-        return None
-    number = _number(value, field)
-    if number != int(number):
-        raise ValueError(f"node config {field}={value!r}: expected an integer")
-    return int(number)
+def _setting(name, value):
+    """``value`` of the policy field ``name``, parsed and checked as in a node config."""
+    return NODE_CONFIG_FIELDS[name].parse(value, name)
 
 
 def _method_modules(name):
@@ -371,78 +355,52 @@ class NodePolicy:
         dp_trusted_shares=1,
         allow_row_release=(),
     ):
-        if dp_neighbouring != "replace-one":
-            raise ValueError(
-                f"dp-neighbouring={dp_neighbouring!r}: a node's budget is for replace-one "
-                "neighbours. Its row count is public (the handshake sends it, and the "
-                "methods' messages are calibrated with public counts), so under add-remove "
-                "the count would be a release no noise covers"
-            )
-        self.dp_neighbouring = dp_neighbouring
-        if (
-            isinstance(dp_trusted_shares, bool)
-            or not isinstance(dp_trusted_shares, (int, np.integer))
-            or dp_trusted_shares < 1
-        ):
-            raise ValueError(f"dp-trusted-shares must be an int >= 1, got {dp_trusted_shares!r}")
+        # Every value goes through its node-config field's parser (the same as a
+        # node config's): a policy built in Python is checked as one read from text.
+        # ``None`` keeps its meaning per field (every method, no minimum, no budget,
+        # the default ledger directory, no limit).
+        if allowed_methods is not None:
+            allowed_methods = _setting("allowed-methods", allowed_methods)
+        if min_rows_per_vector is not None:
+            min_rows_per_vector = _setting("min-rows-per-vector", min_rows_per_vector)
+        if max_bound_queries is not None:
+            max_bound_queries = _setting("max-bound-queries", max_bound_queries)
+        if max_fits is not None:
+            max_fits = _setting("max-fits", max_fits)
+        self.dp_neighbouring = _setting("dp-neighbouring", dp_neighbouring)
         #: How many clients' noise shares the node counts on for one release:
         #: it adds sigma / sqrt(dp_trusted_shares), never fewer than its operator set.
-        self.dp_trusted_shares = int(dp_trusted_shares)
+        self.dp_trusted_shares = _setting("dp-trusted-shares", dp_trusted_shares)
         #: Methods whose by-design row releases this node's operator allows.
-        self.allow_row_release = tuple(str(m) for m in allow_row_release)
-        self.allow_clear_sums = bool(allow_clear_sums)
-        if max_fits is not None and (
-            isinstance(max_fits, bool) or int(max_fits) != max_fits or int(max_fits) < 1
-        ):
-            raise ValueError(f"max-fits must be an int >= 1, got {max_fits!r}")
-        self._privacy_ledger = _ledger_setting(privacy_ledger)
+        self.allow_row_release = _setting("allow-row-release", allow_row_release)
+        self.allow_clear_sums = _setting("allow-clear-sums", allow_clear_sums)
+        if privacy_ledger is True:
+            privacy_ledger = None
+        self._privacy_ledger = (
+            None if privacy_ledger is None else _setting("privacy-ledger", privacy_ledger)
+        )
         if max_fits is not None and self._privacy_ledger is False:
             raise ValueError(
                 "max-fits needs a privacy-ledger: the node counts its fits there, across fits"
             )
-        if max_bound_queries is not None and (
-            isinstance(max_bound_queries, bool)
-            or int(max_bound_queries) != max_bound_queries
-            or int(max_bound_queries) < 0
-        ):
-            raise ValueError(f"max-bound-queries must be an int >= 0, got {max_bound_queries!r}")
-        self.max_bound_queries = None if max_bound_queries in (None, 0) else int(max_bound_queries)
-        self.max_fits = None if max_fits is None else int(max_fits)
+        self.max_bound_queries = None if max_bound_queries in (None, 0) else max_bound_queries
+        self.max_fits = max_fits
         self.allowed_methods = None if allowed_methods is None else list(allowed_methods)
         self._modules = (
             None
             if allowed_methods is None
             else {module: name for name in self.allowed_methods for module in _method_modules(name)}
         )
-        if min_rows_per_vector is not None and int(min_rows_per_vector) < 0:
-            raise ValueError(f"min-rows-per-vector must be >= 0, got {min_rows_per_vector!r}")
-        self.min_rows_per_vector = (
-            None if min_rows_per_vector in (None, 0) else int(min_rows_per_vector)
-        )
-        if refuse_raw_rows not in (True, False, "strict"):
-            raise ValueError(
-                f"refuse-raw-rows must be true, false or strict, got {refuse_raw_rows!r}"
-            )
+        self.min_rows_per_vector = None if min_rows_per_vector in (None, 0) else min_rows_per_vector
+        refuse_raw_rows = _setting("refuse-raw-rows", refuse_raw_rows)
         self.refuse_raw_rows = bool(refuse_raw_rows)
         #: Refuse rows and row-level counts in steps that release rows by design too.
         self.strict_rows = refuse_raw_rows == "strict"
-        tolerance = float(raw_row_tolerance)
-        if not (np.isfinite(tolerance) and tolerance >= 0):
-            raise ValueError(
-                f"raw-row-tolerance must be a finite float >= 0, got {raw_row_tolerance!r}"
-            )
-        self.raw_row_tolerance = tolerance
-        self.dc_full_rank_maps = bool(dc_full_rank_maps)
-        from ._accounting import _check, check_epsilon
-
-        self.dp_epsilon = None if dp_epsilon is None else check_epsilon(dp_epsilon, "dp-epsilon")
-        self.dp_delta = _check(dp_delta, "dp-delta", high=1.0, strict_high=True)
-        if isinstance(min_sum_participants, bool) or int(min_sum_participants) < 2:
-            raise ValueError(
-                f"min-sum-participants must be an int >= 2 (a sum of one client is its "
-                f"vector), got {min_sum_participants!r}"
-            )
-        self.min_sum_participants = int(min_sum_participants)
+        self.raw_row_tolerance = _setting("raw-row-tolerance", raw_row_tolerance)
+        self.dc_full_rank_maps = _setting("dc-full-rank-maps", dc_full_rank_maps)
+        self.dp_epsilon = None if dp_epsilon is None else _setting("dp-epsilon", dp_epsilon)
+        self.dp_delta = _setting("dp-delta", dp_delta)
+        self.min_sum_participants = _setting("min-sum-participants", min_sum_participants)
 
     @classmethod
     def simulation(cls):
@@ -478,45 +436,37 @@ class NodePolicy:
         )
 
     @classmethod
-    def from_node_config(cls, node_config):
-        """The policy set by the node-config fields of the module docstring."""
-        methods = node_config.get("allowed-methods")
-        if methods is not None:
-            methods = [m.strip() for m in str(methods).split(",") if m.strip()]
-        minimum = node_config.get("min-rows-per-vector")
-        participants = node_config.get("min-sum-participants")
-        raw = node_config.get("refuse-raw-rows", True)
-        raw = "strict" if str(raw).strip().lower() == "strict" else _flag(raw, "refuse-raw-rows")
-        tolerance = node_config.get("raw-row-tolerance")
+    def from_node_config(cls, node_config, extra=()):
+        """The policy set by a node config (the fields of the module docstring).
+
+        Every field of ``node_config`` is checked, the Flower node's own
+        (``data-path``, ``identity-key``, ...) too: a field no node reads (a
+        misspelt one) or a value its field cannot take (empty, ``'abc'``,
+        ``'nan'``, fractional for a count, out of range, a flag that is not
+        true or false) is refused, naming the field
+        (:func:`~skfedclust.node._node_config.check_node_config`).
+
+        Parameters
+        ----------
+        node_config : mapping
+            The node config; a policy field it lacks takes its default.
+        extra : iterable of str, default=()
+            Fields the node's own functions read (its app's loader), accepted
+            as they are.
+
+        Raises
+        ------
+        ValueError
+            Naming each unknown field (with the closest known one) and each
+            refused value (with what its field accepts).
+        """
+        values = check_node_config(node_config, extra)
         return cls(
-            allowed_methods=methods,
-            min_rows_per_vector=(
-                DEFAULT_MIN_ROWS_PER_VECTOR if minimum in (None, "") else int(minimum)
-            ),
-            refuse_raw_rows=raw,
-            raw_row_tolerance=DEFAULT_RAW_ROW_TOLERANCE if tolerance in (None, "") else tolerance,
-            dc_full_rank_maps=_flag(
-                node_config.get("dc-full-rank-maps", False), "dc-full-rank-maps"
-            ),
-            dp_epsilon=_number(node_config.get("dp-epsilon"), "dp-epsilon"),
-            dp_delta=_number(node_config.get("dp-delta", 1e-5), "dp-delta"),
-            dp_neighbouring=str(node_config.get("dp-neighbouring", "replace-one")).strip(),
-            min_sum_participants=(
-                DEFAULT_MIN_SUM_PARTICIPANTS if participants in (None, "") else int(participants)
-            ),
-            allow_clear_sums=_flag(node_config.get("allow-clear-sums", False), "allow-clear-sums"),
-            privacy_ledger=node_config.get("privacy-ledger"),
-            max_bound_queries=(
-                DEFAULT_MAX_BOUND_QUERIES
-                if node_config.get("max-bound-queries") in (None, "")
-                else _count(node_config.get("max-bound-queries"), "max-bound-queries")
-            ),
-            max_fits=_count(node_config.get("max-fits"), "max-fits"),
-            dp_trusted_shares=(
-                1
-                if node_config.get("dp-trusted-shares") in (None, "")
-                else _count(node_config.get("dp-trusted-shares"), "dp-trusted-shares")
-            ),
+            **{
+                field.attribute: values[field.name]
+                for field in POLICY_FIELDS
+                if field.name in values
+            }
         )
 
     @property
@@ -743,9 +693,11 @@ class NodePolicy:
             f"raw_row_tolerance={self.raw_row_tolerance!r}, "
             f"dc_full_rank_maps={self.dc_full_rank_maps!r}, "
             f"dp_epsilon={self.dp_epsilon!r}, dp_delta={self.dp_delta!r}, "
+            f"dp_trusted_shares={self.dp_trusted_shares!r}, "
             f"allow_clear_sums={self.allow_clear_sums!r}, "
             f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r}, "
-            f"max_bound_queries={self.max_bound_queries!r})"
+            f"max_bound_queries={self.max_bound_queries!r}, "
+            f"allow_row_release={self.allow_row_release!r})"
         )
 
 
