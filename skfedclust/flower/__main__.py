@@ -121,6 +121,7 @@ def _ledger(parser, args):
         parser.exit(2, f"{exc}\n")
     for name in names:
         print(f"{name}: {args.what} reset")
+    return 0
 
 
 def _check_config(parser, text, fields):
