@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..federation import Reply, bound_only, releases_nothing, summand
+from ..federation import Reply, bound_only, releases_nothing, summand, summary
 from ..node._declarations import on_private_rows
 from ..node._dp import charge_node, private_normal
 from ..node._policy import PRIVATE_ROWS
@@ -136,6 +136,10 @@ def _require_private_rows(state, party, what):
 
 
 # ---------------------------------------------------------------- client side
+# A summary, not rows by design: the pooled shortcut is the paper's experiments'
+# shortcut, not its method, so a deployed node counts what it sends and refuses
+# its rows (the noise scale of relative noise is one float, no vector).
+@summary
 def fedsc_prepare(
     data,
     inbox,
