@@ -96,11 +96,17 @@ _ROW_LEVEL = ("summand", "sum-only", "summary", "bound-only", "rows-by-design")
 #: bound, released by design) get checks that contradict each other, so a
 #: step is at most one of them. ``dp-release`` and ``private-rows`` say how
 #: the values were paid for and combine with any of the five.
+_ALONE = ("nothing", "data-independent")
 EXCLUSIVE_KINDS = {
-    "nothing": frozenset(RELEASE_KINDS) - {"nothing"},
-    "data-independent": frozenset(RELEASE_KINDS) - {"data-independent"},
-    **{kind: frozenset(_ROW_LEVEL) - {kind} for kind in _ROW_LEVEL},
+    kind: frozenset(
+        other
+        for other in RELEASE_KINDS
+        if other != kind
+        and (kind in _ALONE or other in _ALONE or (kind in _ROW_LEVEL and other in _ROW_LEVEL))
+    )
+    for kind in RELEASE_KINDS
 }
+
 
 _ATTRIBUTE = "__skfedclust_releases__"
 
