@@ -361,3 +361,66 @@ def test_the_checks_catch_a_wrong_declaration(decorator, payload):
 def _print_seen(recorded):  # pragma: no cover - a helper for a reader's session
     for name in sorted({f"{s.__module__}:{s.__qualname__}" for _, s, *_ in recorded}):
         print(name)
+
+
+# --------------------------------------------------------------------------- #
+# The Security page's tables, generated from the code
+# --------------------------------------------------------------------------- #
+def _rows_of(table):
+    """The first cell of every body row of a generated ``list-table``."""
+    import docutils.core
+
+    doctree = docutils.core.publish_doctree(
+        table, settings_overrides={"report_level": 2, "halt_level": 2}
+    )
+    rows = [row for row in doctree.findall() if row.tagname == "row"]
+    return [row.children[0].astext() for row in rows[1:]]
+
+
+def test_the_rule_table_is_every_rule():
+    from skfedclust.node import RULES
+    from skfedclust.utils._step_audit import rules_table_rst
+
+    table = rules_table_rst()
+    assert _rows_of(table) == list(RULES)
+    for refuses, field in RULES.values():
+        assert " ".join(refuses.split()[:4]) in table
+        for name in filter(None, field.split(",")):
+            assert f"``{name.strip()}``" in table
+
+
+def test_the_kind_table_is_every_kind_with_its_decorator():
+    from skfedclust.utils._step_audit import release_kinds_table_rst
+
+    table = release_kinds_table_rst()
+    assert _rows_of(table) == list(RELEASE_KINDS)
+    assert "``@releases_nothing``" in table
+    assert "``@releases_rows(reason)``" in table
+
+
+def test_the_node_config_table_shows_the_codes_defaults():
+    from skfedclust.utils._step_audit import node_config_table_rst
+
+    table = node_config_table_rst()
+    parameters = inspect.signature(NodePolicy).parameters
+    assert _rows_of(table) == [name.replace("_", "-") for name in parameters]
+    lines = table.splitlines()
+    for name, parameter in parameters.items():
+        row = lines.index(f"   * - ``{name.replace('_', '-')}``")
+        assert lines[row + 1] == f"     - ``{parameter.default!r}``"
+    # No default list of methods: every method is allowed unless the operator names some.
+    assert parameters["allowed_methods"].default is None
+
+
+def test_the_step_table_shows_each_steps_kinds():
+    from skfedclust.utils._step_audit import audit_table_rst, client_steps
+
+    steps = client_steps()
+    table = audit_table_rst(steps)
+    # (Its cells use Sphinx roles, which docutils alone does not know: rows by their marker.)
+    rows = [line for line in table.splitlines() if line.startswith("   * -")]
+    assert len(rows) - 1 == len(steps) == len(STEPS)
+    for step in steps:
+        assert step.releases == tuple(sorted(declared_releases(STEPS[step.qualified_name])))
+    kfed = table.index("``skfedclust.methods._kfed:kfed_local_centers``")
+    assert table[kfed:].splitlines()[1] == "     - ``summary``"
