@@ -3,20 +3,21 @@
 A client step is a module-level function whose first parameters are ``data,
 inbox, state, party`` (what
 :func:`~skfedclust.federation.resolve_client_step` accepts): the only code a
-node runs on a coordinator's request. Its declarations say which of a node's
-rules apply to what it sends (:meth:`NodePolicy.check_outgoing
-<skfedclust.node._policy.NodePolicy.check_outgoing>`):
+node runs on a coordinator's request. Each declares the kinds of what it
+releases (:mod:`skfedclust.node._declarations`), from which the node's checks
+follow. :func:`client_steps` lists them all with their kinds, and the
+Security page's tables are rendered here at every docs build, so that the page
+cannot miss a step, a rule or a default:
 
-* :func:`~skfedclust.federation.bound_only`: it runs only inside a bound
-  agreement, which sends the binary order of its largest entry, never its
-  values;
-* :func:`~skfedclust.federation.releases_rows`: its method releases row-level
-  values by design; a node with ``refuse-raw-rows = strict`` refuses it;
-* neither: what it sends is a summary, counted by ``min-rows-per-vector`` and
-  searched for the node's rows within ``raw-row-tolerance``.
+* :func:`audit_table_rst`: every step, by method, with its declared kinds;
+* :func:`release_kinds_table_rst`: every kind of release and its decorator;
+* :func:`rules_table_rst`: every rule a node enforces
+  (:data:`skfedclust.node.RULES`);
+* :func:`node_config_table_rst`: the node-config fields with the code's
+  defaults.
 
-:func:`client_steps` lists them all and :func:`audit_table_rst` renders the
-table of the Security page, so that the page cannot miss a step.
+``ClientStep.kind`` keeps the three classes the node's raw-row and count rules
+tell apart (bound-only, releases rows by design, counted as summaries).
 """
 
 from __future__ import annotations
