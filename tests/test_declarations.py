@@ -424,3 +424,10 @@ def test_the_step_table_shows_each_steps_kinds():
         assert step.releases == tuple(sorted(declared_releases(STEPS[step.qualified_name])))
     kfed = table.index("``skfedclust.methods._kfed:kfed_local_centers``")
     assert table[kfed:].splitlines()[1] == "     - ``summary``"
+
+
+def test_an_empty_node_config_has_the_tables_defaults():
+    # The table shows NodePolicy's signature; a node whose config sets nothing must
+    # have exactly those defaults, or the page would state another node's.
+    assert vars(NodePolicy.from_node_config({})) == vars(NodePolicy())
+    assert NodePolicy.from_node_config({}).allowed_methods is None

@@ -377,14 +377,14 @@ def node_config_table_rst():
         p.name: " ".join(" ".join(p.desc).split())
         for p in NumpyDocString(inspect.getdoc(NodePolicy))["Parameters"]
     }
+    # A field the node config does not set yet is a NodePolicy parameter only: said so,
+    # rather than listed as something an operator can write.
+    read = inspect.getsource(NodePolicy.from_node_config)
     rows = []
     for name, parameter in inspect.signature(NodePolicy).parameters.items():
-        default = parameter.default
-        rows.append(
-            (
-                f"``{name.replace('_', '-')}``",
-                f"``{default!r}``",
-                _ROLE.sub(_plain_role, documented.get(name, "")),
-            )
-        )
+        field = name.replace("_", "-")
+        text = _ROLE.sub(_plain_role, documented.get(name, ""))
+        if f'"{field}"' not in read:
+            text += f" (``NodePolicy({name}=...)`` only: not read from the node config yet.)"
+        rows.append((f"``{field}``", f"``{parameter.default!r}``", text))
     return _list_table(("Node-config field", "Default", "What it sets"), rows, (22, 16, 62))
