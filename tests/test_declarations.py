@@ -13,7 +13,14 @@ from sklearn.base import clone
 from sklearn.datasets import make_blobs
 
 import skfedclust
-from skfedclust import FederatedMinMaxScaler, FederatedStandardScaler, KFed
+from skfedclust import (
+    DCClustering,
+    FederatedFuzzyCMeans,
+    FederatedKMeans,
+    FederatedMinMaxScaler,
+    FederatedStandardScaler,
+    KFed,
+)
 from skfedclust.federation import (
     InProcessRuntime,
     Reply,
@@ -280,6 +287,23 @@ def _fits():
         if "compute_inertia" in Estimator().get_params():
             params["compute_inertia"] = True
         yield name, functools.partial(_fit_and_predict, Estimator(**params), clients)
+    # Options that run steps of their own: a private fit, sums in the clear, FFCM v2's
+    # local centers, the scaler's moments in the clear, user-supplied DC anchors.
+    anchors = np.random.RandomState(0).uniform(-10, 10, size=(60, 3))
+    for name, estimator in [
+        ("FederatedKMeans(privacy='dp')", FederatedKMeans(3, privacy="dp", random_state=0)),
+        (
+            "FederatedKMeans(secure_aggregation=False)",
+            FederatedKMeans(3, secure_aggregation=False, random_state=0),
+        ),
+        ("FederatedFuzzyCMeans(aggregation='v2')", FederatedFuzzyCMeans(3, aggregation="v2")),
+        ("DCClustering(anchors=...)", DCClustering(3, anchors=anchors, random_state=0)),
+    ]:
+        yield name, functools.partial(_fit_and_predict, estimator, clients)
+    yield (
+        "FederatedStandardScaler(secure_aggregation=False)",
+        lambda: FederatedStandardScaler(secure_aggregation=False).fit(clients),
+    )
     yield "FederatedStandardScaler", lambda: FederatedStandardScaler().fit(clients)
     yield "FederatedMinMaxScaler", lambda: FederatedMinMaxScaler().fit(clients)
 
@@ -315,7 +339,7 @@ def recorded():
 
 def test_messages_match_their_declarations(recorded):
     fits = {name for name, *_ in recorded}
-    assert len(fits) == len(all_estimators()) + 3
+    assert len(fits) == len(all_estimators()) + 8
     problems = sorted(
         {f"{fit}: {p}" for fit, step, *message in recorded for p in _violations(step, *message)}
     )
@@ -325,10 +349,17 @@ def test_messages_match_their_declarations(recorded):
 def test_the_fits_exercise_every_kind(recorded):
     seen = {step for _, step, *_ in recorded}
     kinds = set().union(*(declared_releases(step) for step in seen))
-    assert {"nothing", "summary", "summand", "sum-only", "rows-by-design"} <= kinds
+    assert {
+        "nothing",
+        "data-independent",
+        "summary",
+        "summand",
+        "sum-only",
+        "rows-by-design",
+    } <= kinds
     # Most of the package's steps ran (the others are of predict, private fits,
     # options off by default).
-    assert len(seen) >= 40
+    assert len(seen) >= 45
 
 
 @pytest.mark.parametrize(
