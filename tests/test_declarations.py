@@ -5,6 +5,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,23 @@ def test_declarations_are_consistent(name):
     if reason is not None:
         # The Security page lists the reason: it names what the method sends.
         assert len(reason.split()) >= 5
+
+
+CHARGING = [
+    name for name, step in STEPS.items() if re.search(r"\b_?charge_node\(", inspect.getsource(step))
+]
+
+
+def test_steps_that_charge_the_node_are_found():
+    assert "skfedclust.methods._fedkmeans_steps:fedkmeans_dp_lloyd_statistics" in CHARGING
+    assert "skfedclust.methods._fedsc_steps:fedsc_coefficients" in CHARGING
+
+
+@pytest.mark.parametrize("name", CHARGING)
+def test_a_step_that_charges_the_node_declares_a_dp_release(name):
+    # The gate refuses a dp-release step that charged nothing on a node with a
+    # budget; a step that charges and does not say so escapes that check.
+    assert "dp-release" in declared_releases(STEPS[name])
 
 
 def test_helpers_that_read_rows_are_not_steps():
