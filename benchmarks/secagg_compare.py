@@ -48,7 +48,7 @@ from _common import (
 )
 from threadpoolctl import threadpool_limits
 
-from skfedclust.federation import Federation, InProcessRuntime, Reply
+from skfedclust.federation import Federation, InProcessRuntime, Reply, summand
 from skfedclust.federation._ledger import payload_nbytes
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._secure_sum import TAG_UPLOAD
@@ -64,6 +64,7 @@ def client_vector(node_id, d, scale):
 # ---------------------------------------------------------------- skfedclust
 
 
+@summand
 def own_vector(data, inbox, state, party):
     return Reply(send=data[0])
 

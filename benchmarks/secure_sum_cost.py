@@ -19,13 +19,14 @@ from _common import emit
 from sklearn.datasets import make_blobs
 
 from skfedclust import FederatedKMeans
-from skfedclust.federation import Federation, InProcessRuntime, Reply
+from skfedclust.federation import Federation, InProcessRuntime, Reply, summand
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._secure_sum import TAG_UPLOAD
 
 D = 100
 
 
+@summand
 def vector(data, inbox, state, party):
     return Reply(send=data[:, :D].sum(axis=0))
 

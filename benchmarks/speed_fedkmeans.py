@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 import skfedclust.methods._fedkmeans_steps as fedkmeans_steps
 import skfedclust.secure._secure_sum as secure_sum
 from skfedclust import FederatedKMeans
-from skfedclust.federation import Federation, InProcessRuntime, Reply
+from skfedclust.federation import Federation, InProcessRuntime, Reply, summand
 from skfedclust.secure import SecureAggregator, default_degree
 
 K, D = 8, 20
@@ -212,6 +212,7 @@ def breakdown(X, init, n_clients, iters, repeats, *, crypto=False):
     return {key: float(np.median([s[key] for s in samples])) for key in samples[0]}
 
 
+@summand
 def vector_step(data, inbox, state, party):
     """Client step: a fixed-length vector of floats and the row count."""
     return Reply(send=(np.full(VECTOR - 1, 0.5), np.array([data.shape[0]], dtype=np.int64)))

@@ -387,7 +387,7 @@ def squares_around_means_step(data, inbox, state, party, *, centers_tag, shifts_
     are taken around the means themselves, not as ``sum ||x - c||^2 -
     ||S||^2 / n``, whose cancellation loses the digits of tight clusters.
     """
-    centers, labels, shifts = _centers_labels_and_shifts(data, inbox, state, party, shifts_tag)
+    centers, labels, shifts = _centers_labels_and_shifts(party, data, inbox, state, shifts_tag)
     diff = _residuals_around_means(data, centers, shifts, labels)
     squares = np.einsum("ij,ij->i", diff, diff)
     return Reply(
@@ -396,8 +396,12 @@ def squares_around_means_step(data, inbox, state, party, *, centers_tag, shifts_
     )
 
 
-def _centers_labels_and_shifts(data, inbox, state, party, shifts_tag):
-    """The agreed centers, the rows' clusters and the mean shifts, agreed once per fit."""
+def _centers_labels_and_shifts(party, data, inbox, state, shifts_tag):
+    """The agreed centers, the rows' clusters and the mean shifts, agreed once per fit.
+
+    A helper of the indices' steps, not a step: its parameters do not start
+    with ``data, inbox, state, party``, so that no coordinator can name it.
+    """
     shifts = inbox[shifts_tag] if shifts_tag in inbox else state[shifts_tag]
     shifts = _agreed(state, _AGREED_SHIFTS, shifts, "cluster means")
     centers, labels = state[_AGREED_CENTERS], state["index labels"]
@@ -419,7 +423,7 @@ def distance_sums_step(data, inbox, state, party, *, centers_tag, shifts_tag):
     ``m_j`` itself would be rounded. The shifts are kept for the sum that
     follows the bound.
     """
-    centers, labels, shifts = _centers_labels_and_shifts(data, inbox, state, party, shifts_tag)
+    centers, labels, shifts = _centers_labels_and_shifts(party, data, inbox, state, shifts_tag)
     diff = _residuals_around_means(data, centers, shifts, labels)
     dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     return Reply(

@@ -33,6 +33,7 @@ from .federation import (
     input_form,
     private_entropy,
     progress,
+    summary,
 )
 from .node._methods import register_method
 from .partition import IIDPartition
@@ -44,6 +45,7 @@ __all__ = ["FederatedMinMaxScaler", "FederatedStandardScaler"]
 # --------------------------------------------------------------------------- #
 # Client and server steps
 # --------------------------------------------------------------------------- #
+@summary
 def client_moments(data, inbox, state, party):
     """Client step: send the row count, the per-feature mean and the sum of squared deviations.
 
@@ -69,6 +71,7 @@ def combine_moments(received):
     return mean, spread / total, int(total)
 
 
+@summary
 def client_range(data, inbox, state, party):
     """Client step: send the per-feature minimum and maximum of the client's rows."""
     return Reply(send=(data.min(axis=0), data.max(axis=0)))

@@ -12,8 +12,12 @@ from skfedclust.federation import (
     InProcessRuntime,
     Received,
     Reply,
+    data_independent,
     reads,
+    releases_nothing,
+    releases_rows,
     side_by_side,
+    summary,
 )
 from skfedclust.utils.protocol_checks import check_protocol
 
@@ -32,32 +36,39 @@ def _federation(n_clients=3, rows=4, seed=0):
     return fed
 
 
+@summary
 def send_sum_keep_mean(data, inbox, state, party, *, offset):
     return Reply(send=data.sum() + offset, keep={"mean": data.mean(axis=0)})
 
 
+@summary
 def send_state(data, inbox, state, party):
     return Reply(send=state["mean"])
 
 
+@releases_nothing
 def echo_inbox(data, inbox, state, party):
     return Reply(keep={"inbox": dict(inbox)})
 
 
+@summary
 def seeded_noise(data, inbox, state, party):
     rng = np.random.RandomState(party.seed)
     return Reply(send=data @ rng.rand(data.shape[1]), keep={"labels": np.zeros(len(data), int)})
 
 
+@releases_rows("a test of peer delivery sends one row to the next party")
 def share_with_next(data, inbox, state, party, *, n_parties):
     me = int(data[0, 0]) // 8
     return Reply(to_peers={(me + 1) % n_parties: data[:1]})
 
 
+@releases_nothing
 def data_is_none(data, inbox, state, party):
     return Reply(keep={"had_data": data is not None})
 
 
+@releases_nothing
 def returns_tuple(data, inbox, state, party):
     return data, None
 
@@ -97,11 +108,13 @@ def test_server_messages_arrive_in_the_next_step_inbox_once():
     assert report["rounds"] == 0
 
 
+@releases_nothing
 @reads()
 def reads_nothing(data, inbox, state, party):
     return Reply(keep={"set-up inbox": dict(inbox)})
 
 
+@releases_nothing
 @reads("extra")
 def reads_extra(data, inbox, state, party):
     return Reply(keep={"extra inbox": dict(inbox)})
@@ -130,6 +143,7 @@ def test_a_step_declared_to_read_some_tags_leaves_the_others_for_the_next_step()
     assert _kept(runtime, "tags") == [{"centers"}] * 3
 
 
+@releases_nothing
 def server_tags_of_inbox(data, inbox, state, party):
     return Reply(keep={"tags": set(inbox.server_tags)})
 
@@ -286,26 +300,31 @@ def test_side_by_side_changes_no_result_and_a_single_client_keeps_the_cores(monk
     assert _kept(runtime, "where", clients=[2]) == [("MainThread", 2)]
 
 
+@summary
 def seeded_noise_copy(data, inbox, state, party):
     return seeded_noise(data, inbox, state, party)
 
 
+@releases_nothing
 @side_by_side
 def record_thread_name_side_by_side(data, inbox, state, party):
     return record_thread_name(data, inbox, state, party)
 
 
+@releases_nothing
 @side_by_side
 def record_threads_side_by_side(data, inbox, state, party):
     return record_threads(data, inbox, state, party)
 
 
+@releases_nothing
 def record_thread_name(data, inbox, state, party):
     import threading
 
     return Reply(keep={"where": (threading.current_thread().name, party.n_threads)})
 
 
+@releases_nothing
 def record_threads(data, inbox, state, party):
     from threadpoolctl import threadpool_info
 
@@ -346,6 +365,7 @@ def test_ledger_names_the_server():
     assert {m.receiver for m in runtime.ledger.messages} == {SERVER}
 
 
+@data_independent
 def send_k(data, inbox, state, party, *, k, base):
     return Reply(send=np.full(1, base + k))
 
@@ -363,10 +383,12 @@ def test_per_client_public_constants():
 # --------------------------------------------------------------------------- #
 # Parties: public index and seed, private generator; declared outputs
 # --------------------------------------------------------------------------- #
+@data_independent
 def send_index_and_private_draw(data, inbox, state, party):
     return Reply(send=(np.int64(party.index), party.rng.random(3)), keep={"seed": party.seed})
 
 
+@releases_nothing
 def output_row_numbers(data, inbox, state, party):
     return Reply(output={"labels": data[:, 0].astype(np.int64)})
 

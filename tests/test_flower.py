@@ -41,7 +41,7 @@ from skfedclust import (
     KumarFederatedKMeans,
     MAvg,
 )
-from skfedclust.federation import Party, Reply, payload_nbytes  # noqa: E402
+from skfedclust.federation import Party, Reply, data_independent, payload_nbytes, summary  # noqa: E402
 from skfedclust.flower import (  # noqa: E402
     CodecError,
     FileLoader,
@@ -435,12 +435,14 @@ def _masks(party, n_clients, d):
     return {p: party.rng.normal(size=d) for p in range(n_clients) if p != party.index}
 
 
+@data_independent
 def mask_shares(data, inbox, state, party, *, n_clients):
     """Each client sends every other client a random mask (a share)."""
     masks = _masks(party, n_clients, data.shape[1])
     return Reply(to_peers=masks, keep={"masks": masks})
 
 
+@summary
 def masked_sum(data, inbox, state, party):
     """Send the column sums plus the masks sent minus the masks received."""
     out = data.sum(axis=0) + sum(state["masks"].values())
@@ -468,6 +470,7 @@ class MaskedMean(BaseFederatedClustering):
         self.uploads_ = sums.list()
 
 
+@data_independent
 def report_server_tags(data, inbox, state, party):
     """Send which inbox tags the node takes for the server's (sorted, as an int mask)."""
     tags = ["per client", "mask"]
@@ -568,6 +571,7 @@ def test_a_tampered_relay_is_detected_by_the_recipient():
         _local_fit(MaskedMean(), _clients(), tamper=flip)
 
 
+@summary
 def split_sum(data, inbox, state, party, *, holders):
     """Split the column sums into additive shares, one per share holder."""
     total = data.sum(axis=0)
@@ -575,6 +579,7 @@ def split_sum(data, inbox, state, party, *, holders):
     return Reply(to_peers={holders[0]: share, holders[1]: total - share})
 
 
+@data_independent
 def add_shares(data, inbox, state, party):
     """A share holder (no data, no seed) adds the shares it received."""
     assert data is None and party.seed is None
@@ -617,6 +622,7 @@ def test_parties_without_data_are_nodes_whose_loader_returns_none():
 # --------------------------------------------------------------------------- #
 # Failures named on the server
 # --------------------------------------------------------------------------- #
+@summary
 def fail_on_second(data, inbox, state, party, *, seeds):
     if seeds.index(party.seed) == 1:
         raise ValueError("this client cannot go on")

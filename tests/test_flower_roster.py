@@ -23,7 +23,11 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from skfedclust import KFed  # noqa: E402
-from skfedclust.federation import Reply  # noqa: E402
+from skfedclust.federation import (
+    Reply,  # noqa: E402
+    data_independent,
+    summary,
+)
 from skfedclust.flower import (  # noqa: E402
     FlowerNodeError,
     IdentityKey,
@@ -51,6 +55,7 @@ ALLOWED = ("skfedclust", __name__)
 # --------------------------------------------------------------------------- #
 # Nodes driven by hand: handshake, then a first step with a roster of our making
 # --------------------------------------------------------------------------- #
+@data_independent
 def report_party(data, inbox, state, party):
     """A client step sending what the node knows of itself: its slot and policy."""
     return Reply(send=np.array([party.index, party.policy.min_sum_participants]))
@@ -413,17 +418,20 @@ def _rewrite_roster(change):
     return tamper
 
 
+@data_independent
 def mask_peers(data, inbox, state, party):
     """Seal a vector for every other client (as a secure sum's pairwise seeds)."""
     n = 4
     return Reply(to_peers={p: np.full(2, float(party.index)) for p in range(n) if p != party.index})
 
 
+@summary
 def sum_with_masks(data, inbox, state, party):
     received = sum(inbox["masks"].values())
     return Reply(send=data.sum(axis=0) + received - received)
 
 
+@summary
 def refuse_on_one(data, inbox, state, party):
     if party.index == 1:
         raise PermissionError("this node's policy forbids it")
@@ -517,11 +525,13 @@ def test_only_a_node_that_does_not_answer_drops_out(tmp_path):
     assert estimator.survivors_ == [0, 1, 2]
 
 
+@data_independent
 def zero_to_one(data, inbox, state, party):
     """Party 0 seals a vector for party 1; nobody else sends anything."""
     return Reply(to_peers={1: np.ones(2)} if party.index == 0 else {})
 
 
+@data_independent
 def read_it(data, inbox, state, party):
     return Reply(send=np.asarray(inbox["pair"][0]))
 

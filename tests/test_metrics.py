@@ -71,7 +71,7 @@ from sklearn.metrics import (  # noqa: E402
 
 from skfedclust import KFed  # noqa: E402
 from skfedclust.clusterers import nearest_center  # noqa: E402
-from skfedclust.federation import Federation, InProcessRuntime, Reply  # noqa: E402
+from skfedclust.federation import Federation, InProcessRuntime, Reply, releases_nothing  # noqa: E402
 from skfedclust.metrics import (  # noqa: E402
     federated_score,
     secure_calinski_harabasz,
@@ -133,6 +133,7 @@ def test_federated_indices_are_exact_at_a_large_offset(criterion):
     assert got == pytest.approx(_pooled(back, labels, back_centers, criterion), rel=1e-9)
 
 
+@releases_nothing
 def keep_first_coordinate_labels(data, inbox, state, party):
     return Reply(keep={"my labels": (data[:, 0] > 0).astype(np.intp)})
 

@@ -22,7 +22,7 @@ from skfedclust import (
     KumarFederatedKMeans,
     MAvg,
 )
-from skfedclust.federation import InProcessRuntime, Reply, use_runtime
+from skfedclust.federation import InProcessRuntime, Reply, summary, use_runtime
 from skfedclust.node._policy import NodePolicy, raw_row_matches
 
 
@@ -113,6 +113,7 @@ def test_a_simulated_party_does_not_run_the_harvest_checks():
     KFed(n_clusters=6, random_state=0).fit(clients)  # the user holds every row anyway
 
 
+@summary
 def hair_shifted_rows(data, inbox, state, party, *, shift):
     return Reply(send=data[:3] + shift)
 

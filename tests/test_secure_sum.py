@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from skfedclust.federation import Federation, InProcessRuntime, Reply
+from skfedclust.federation import Federation, InProcessRuntime, Reply, bound_only, summand
 from skfedclust.secure import (
     MERSENNE_127,
     SecureAggregator,
@@ -26,10 +26,12 @@ from skfedclust.secure._secure_sum import (
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
 
+@summand
 def column_sums_and_count(data, inbox, state, party):
     return Reply(send=(data.sum(axis=0), np.array([data.shape[0]], dtype=np.int64)))
 
 
+@summand
 def counts_only(data, inbox, state, party):
     return Reply(send=np.array([data.shape[0], 1], dtype=np.int64))
 
@@ -130,6 +132,7 @@ def test_secure_sum_is_the_sum_at_a_large_offset_and_counts_its_messages():
     assert sum(m.nbytes for m in setup) == 16 * edges
 
 
+@summand
 def scaled_counts(data, inbox, state, party, *, factor):
     return Reply(send=np.array([data.shape[0], 1], dtype=np.int64) * factor)
 
@@ -319,6 +322,7 @@ def test_peer_bytes_per_client_grow_with_the_degree_not_the_clients():
     assert per_client[100] / per_client[10] < 100 / 10
 
 
+@bound_only
 def deviations(data, inbox, state, party, *, center):
     return Reply(send=data - np.asarray(center))
 
@@ -346,11 +350,13 @@ def test_a_sum_over_fewer_than_three_clients_is_refused_before_anything_is_sent(
     assert not [m for m in runtime.ledger.messages if m.tag == TAG_UPLOAD]
 
 
+@bound_only
 def deviations_kept(data, inbox, state, party):
     center = inbox["center"]
     return Reply(send=data - center, keep={"center": center}, output={"seen": len(data)})
 
 
+@summand
 def summed_deviations_from_kept(data, inbox, state, party):
     return Reply(send=(data - state["center"]).sum(axis=0))
 

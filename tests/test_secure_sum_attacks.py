@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from skfedclust.federation import Federation, Party, Reply
+from skfedclust.federation import Federation, Party, Reply, summand
 from skfedclust.federation._runtime import client_step_name
 from skfedclust.node._sum_guard import SumRefusal, harary_neighbours_of
 from skfedclust.secure import SecureAggregator
@@ -33,10 +33,12 @@ from skfedclust.secure._sum_bounds import agree_bound
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
 
+@summand
 def row_sums(data, inbox, state, party):
     return Reply(send=data.sum(axis=0))
 
 
+@summand
 def centered_sums(data, inbox, state, party):
     return Reply(send=(data - np.asarray(inbox["centers"])).sum(axis=0))
 
@@ -185,6 +187,7 @@ def test_a_reused_sum_id_is_refused():
         coordinator.upload(everyone, sum_id=200, step=centered_sums_from_public, shift=1.0)
 
 
+@summand
 def centered_sums_from_public(data, inbox, state, party, *, shift):
     return Reply(send=(data - shift).sum(axis=0))
 

@@ -367,8 +367,9 @@ def reads(*tags):
 
     Examples
     --------
-    >>> from skfedclust.federation import Reply, reads
-    >>> @reads("global centers")
+    >>> from skfedclust.federation import Reply, data_independent, reads
+    >>> @data_independent
+    ... @reads("global centers")
     ... def my_step(data, inbox, state, party):
     ...     return Reply(send=inbox["global centers"].sum())
     >>> sorted(my_step.__skfedclust_reads__)

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from ..clusterers import nearest_center
-from ..federation import Reply, bound_only, summand
+from ..federation import Reply, bound_only, releases_nothing, summand
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SecureAggregator, SumChannel, agree_bound, default_degree
 
@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 
+@releases_nothing
 def label_by_nearest_center(data, inbox, state, party, *, centers_tag="global centers"):
     """Label the client's rows by the nearest center the server sent; output the labels.
 
@@ -304,6 +305,7 @@ def final_labels(
     _labels_without_inertia(runtime, centers, centers_tag, step, messages, public, asked=False)
 
 
+@releases_nothing
 def labels_only_step(data, inbox, state, party, *, inner, inner_public):
     """Client step: what ``inner`` keeps and outputs (the client's labels), sending nothing."""
     from ..federation._runtime import resolve_client_step

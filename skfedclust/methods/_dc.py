@@ -34,7 +34,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from ..clusterers import nearest_center
-from ..federation import Federation, InProcessRuntime, Reply, releases_rows
+from ..federation import (
+    Federation,
+    InProcessRuntime,
+    Reply,
+    data_independent,
+    releases_nothing,
+    releases_rows,
+    summary,
+)
 from ._base import BaseFederatedClustering
 from ._dc_analyst import dc_server_cluster, dc_server_collaborate
 
@@ -123,6 +131,7 @@ def dc_lattice(row_groups, columns, client_sizes, n_features):
 
 
 # ------------------------------------------------------------------ users
+@releases_nothing
 def dc_party_join(data, inbox, state, party, *, columns, n_components, hands_labels):
     """Client step (no message): the party takes its place in the public lattice.
 
@@ -144,6 +153,7 @@ def _feature_range(data):
     return data.min(axis=0), data.max(axis=0)
 
 
+@summary
 def dc_party_feature_range(data, inbox, state, party, *, coordinator):
     """Set-up client step (users only): send the coordinator the party's feature ranges.
 
@@ -188,6 +198,7 @@ def generate_anchor_columns(recipe, columns, n_anchors):
     return out
 
 
+@summary
 def dc_coordinator_anchor_recipe(
     data,
     inbox,
@@ -221,6 +232,7 @@ def dc_coordinator_anchor_recipe(
     return Reply(to_peers=others, keep={TAG_SLICE: own})
 
 
+@data_independent
 def dc_coordinator_anchor_slices(
     data, inbox, state, party, *, coordinator, anchors, block_of_party
 ):
@@ -299,6 +311,7 @@ def _scaled_pca_transform(f, X):
     return X @ weights - offset
 
 
+@releases_nothing
 def dc_party_labels(data, inbox, state, party):
     """Client step: label the party's samples by the nearest downloaded centroid.
 
@@ -320,6 +333,7 @@ def dc_party_predict_upload(data, inbox, state, party):
     return Reply(send=np.asarray(state["f"].transform(data), dtype=np.float64))
 
 
+@releases_nothing
 def dc_party_predict_labels(data, inbox, state, party):
     """Client step of predict: take the labels of the new rows the analyst sent."""
     labels = np.asarray(inbox[TAG_PREDICT_DOWN], dtype=np.intp)

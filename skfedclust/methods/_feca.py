@@ -27,7 +27,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
 from ..clusterers import local_kmeans as _local_kmeans
-from ..federation import Reply
+from ..federation import Reply, summary
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import final_labels, lloyd_statistics, secure_lloyd_step
 
@@ -372,6 +372,7 @@ def feca_aggregate(client_arrays, n_clusters, *, radius="empirical", random_stat
 _RADIUS_RULES = {"empirical": radius_empirical, "theoretical": radius_theoretical}
 
 
+@summary
 def feca_client_step(
     data,
     inbox,

@@ -17,7 +17,14 @@ import math
 import numpy as np
 
 from ..clusterers import nearest_center, squared_distances
-from ..federation import Reply, bound_only, summand
+from ..federation import (
+    Reply,
+    bound_only,
+    releases_nothing,
+    releases_rows,
+    summand,
+    summary,
+)
 from ..node._declarations import dp_release
 from ..node._dp import (
     charge_node,
@@ -43,6 +50,7 @@ _COLUMN_RANGE = "fedkmeans: column range"
 _LABELLED_BY = "fedkmeans: centers of the labels"
 
 
+@summary
 def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clusters):
     """Client step of a callable ``init``: its centers of the client's own rows.
 
@@ -146,6 +154,13 @@ def _own_farthest(data, centers, labels, n):
     return order, squared[order]
 
 
+#: Why the steps of scikit-learn's empty-cluster rule release rows.
+_FARTHEST_ROW_RELEASE = (
+    "FederatedKMeans(empty_clusters='farthest-row') moves an empty cluster onto a "
+    "client's farthest row, as scikit-learn's KMeans does"
+)
+
+
 def _check_rows_may_leave(party):
     """scikit-learn's relocation sends rows and row-level distances: only where rows may leave.
 
@@ -160,6 +175,7 @@ def _check_rows_may_leave(party):
         )
 
 
+@releases_rows(_FARTHEST_ROW_RELEASE)
 def fedkmeans_largest_distances(data, inbox, state, party):
     """Client step of scikit-learn's empty-cluster rule: the client's largest squared distances.
 
@@ -173,6 +189,7 @@ def fedkmeans_largest_distances(data, inbox, state, party):
     return Reply(send=squared, keep={_FARTHEST: order})
 
 
+@releases_rows(_FARTHEST_ROW_RELEASE)
 def fedkmeans_farthest_rows(data, inbox, state, party):
     """Client step: the rows the server picked among the client's farthest, with their clusters.
 
@@ -213,6 +230,7 @@ def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
     return Reply(send=np.array([np.einsum("ij,ij->", deviations, deviations)]))
 
 
+@releases_nothing
 def fedkmeans_final_labels(data, inbox, state, party):
     """Client step: label the rows by the nearest of the kept centers; output the labels."""
     return Reply(output={"labels": nearest_center(data, inbox[TAG_CENTERS])})
@@ -268,6 +286,7 @@ def _box_diagonal(lower, upper):
     return float(np.linalg.norm(np.asarray(upper, dtype=np.float64) - np.asarray(lower)))
 
 
+@summary
 def fedkmeans_dp_extremes(data, inbox, state, party):
     """Client step: per-feature minimum and maximum of the rows (bounds from the data)."""
     return Reply(send=(data.min(axis=0), data.max(axis=0)))

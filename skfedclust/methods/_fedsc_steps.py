@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..federation import Reply, bound_only, summand
+from ..federation import Reply, bound_only, releases_nothing, summand, summary
 from ..node._declarations import dp_release, on_private_rows
 from ..node._dp import charge_node, private_normal
 from ..node._policy import PRIVATE_ROWS
@@ -174,6 +174,10 @@ def _require_private_rows(state, party, what):
 
 
 # ---------------------------------------------------------------- client side
+# A summary, not rows by design: the pooled shortcut is the paper's experiments'
+# shortcut, not its method, so a deployed node counts what it sends and refuses
+# its rows (the noise scale of relative noise is one float, no vector).
+@summary
 @dp_release
 def fedsc_prepare(
     data,
@@ -274,8 +278,11 @@ def fedsc_setup_sums(data, inbox, state, party, *, send_sums, send_distance):
     return Reply(send=parts, keep=keep)
 
 
-def _local_rank(data, inbox, state, party, *, bandwidth, energy, max_samples):
+def _local_rank(party, data, inbox, state, *, bandwidth, energy, max_samples):
     """The dictionary-size rule (Eq. 43) on the client's own rows, and the bandwidth it used.
+
+    A helper of :func:`fedsc_rank_histogram`, not a step: its parameters do not
+    start with ``data, inbox, state, party``, so that no coordinator can name it.
 
     The rows' Gaussian kernel with the bandwidth (public, or broadcast): the
     number of its leading eigenvalues that hold ``energy`` of the total.
@@ -301,7 +308,7 @@ def fedsc_rank_histogram(data, inbox, state, party, *, bandwidth, energy, max_sa
     and takes the largest.
     """
     rank, bandwidth = _local_rank(
-        data, inbox, state, party, bandwidth=bandwidth, energy=energy, max_samples=max_samples
+        party, data, inbox, state, bandwidth=bandwidth, energy=energy, max_samples=max_samples
     )
     if not 0 <= rank < length:
         # A rank is at most the rows the rule reads (public: max_samples and
@@ -473,6 +480,7 @@ def fedsc_coefficients(data, inbox, state, party, *, reg, coef_noise):
     return Reply(send=send, keep=keep)
 
 
+@releases_nothing
 def fedsc_receive_labels(data, inbox, state, party):
     """Client step (no message): the labels of the client's own samples are its output."""
     return Reply(output={"labels": np.asarray(inbox[TAG_LABELS])})

@@ -18,7 +18,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import fuzzy_memberships
-from ..federation import Reply, releases_rows, summand
+from ..federation import Reply, releases_rows, summand, summary
 from ..secure import SumChannel
 from ..secure._moments import moments_rows
 from ._base import BaseFederatedClustering, CentroidPredictMixin
@@ -43,6 +43,7 @@ def ffcm_seed_centers(data, inbox, state, party, *, n_seeds):
     return Reply(send=data[indices])
 
 
+@summary
 def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
     """Client step of one FFCM round: fuzzy c-means iterations from the global centers.
 

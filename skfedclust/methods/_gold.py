@@ -41,7 +41,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..clusterers import center_means, local_kmeans, nearest_center
 from ..clusterers._cpl import canonical_order, fine_grained_cpl, multi_granular_cpl
 from ..clusterers._remc import remc
-from ..federation import Reply, per_client_inputs, side_by_side
+from ..federation import (
+    Reply,
+    per_client_inputs,
+    releases_nothing,
+    side_by_side,
+    summand,
+    summary,
+)
 from ..partition import IIDPartition
 from ..preprocessing import client_moments, combine_moments
 from ..secure import SumChannel, pooled_moments
@@ -58,6 +65,7 @@ DEFAULT_N_CLIENTS = 8
 # The online pass visits the rows one after another on one thread (compiled,
 # without the GIL): clients run it side by side on the cores.
 @side_by_side
+@summary
 def gold_micro_clusters(
     data,
     inbox,
@@ -110,6 +118,7 @@ def gold_micro_clusters(
     return Reply(send=message, keep=keep)
 
 
+@releases_nothing
 def gold_inherit_labels(data, inbox, state, party):
     """Client step: every row takes the global label of its micro-cluster (spec 2.8).
 
@@ -122,6 +131,7 @@ def gold_inherit_labels(data, inbox, state, party):
 
 
 @per_client_inputs("micro-cluster labels")
+@summand
 def gold_labels_and_inertia(data, inbox, state, party, *, centers_tag):
     """Client step: inherit the labels (:func:`gold_inherit_labels`) and send the inertia.
 

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import awasthi_sheffet_kmeans, center_means, local_kmeans, nearest_center
-from ..federation import Reply
+from ..federation import Reply, summary
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import final_labels
 
@@ -16,6 +16,7 @@ __all__ = ["KFed"]
 
 
 # ---------------------------------------------------------------- client side
+@summary
 def kfed_local_centers(
     data, inbox, state, party, *, n_clusters, solver, n_init, max_iter, send_sizes
 ):

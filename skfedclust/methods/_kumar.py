@@ -15,7 +15,7 @@ from sklearn.cluster import KMeans
 from sklearn.utils._param_validation import Interval
 
 from ..clusterers import local_kmeans
-from ..federation import Reply
+from ..federation import Reply, summary
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import final_labels
 
@@ -23,6 +23,7 @@ __all__ = ["KumarFederatedKMeans"]
 
 
 # ---------------------------------------------------------------- client side
+@summary
 def kumar_local_centroids(
     data, inbox, state, party, *, n_clusters, n_init, max_iter, round_seed, send_counts
 ):

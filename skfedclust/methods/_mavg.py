@@ -17,7 +17,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import local_kmeans, squared_distances
-from ..federation import Reply
+from ..federation import Reply, summary
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._centroid_steps import final_labels
 
@@ -25,6 +25,7 @@ __all__ = ["MAvg", "matched_average"]
 
 
 # ---------------------------------------------------------------- client side
+@summary
 def mavg_local_centers(data, inbox, state, party, *, n_clusters, init, n_init, max_iter, tol):
     """Client step: k-means on the client's own rows; send the centers.
 

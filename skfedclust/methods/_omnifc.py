@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..federation import Federation, InProcessRuntime, Reply
+from ..federation import Federation, InProcessRuntime, Reply, releases_nothing
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
 from ..secure._lcc import LCCSetup, lcc_exchange, lcc_query_distances
@@ -44,6 +44,7 @@ __all__ = ["OmniFCClustering"]
 # --------------------------------------------------------------------------- #
 # The protocol steps of OmniFC around the LCC distance round
 # --------------------------------------------------------------------------- #
+@releases_nothing
 def omnifc_row_position_step(data, inbox, state, party, *, first_rows):
     """Client step (no message): declare the client-major position of each of its rows.
 
@@ -90,6 +91,7 @@ def omnifc_server_step(*, D, clusterer, clusterer_params, n_clusters, seed):
     return est, np.asarray(labels)
 
 
+@releases_nothing
 def omnifc_keep_labels(data, inbox, state, party):
     """Client step (no message): the labels of its rows the server sent, for its own user."""
     return Reply(output={"labels": inbox["labels"]})
@@ -99,6 +101,7 @@ def omnifc_keep_labels(data, inbox, state, party):
 TAG_PREDICTED = "predicted labels"
 
 
+@releases_nothing
 def omnifc_check_query_rows(data, inbox, state, party, *, precision, bounds, p):
     """Client step of a querying party: its new rows within the public bounds of the fit.
 
@@ -117,6 +120,7 @@ def omnifc_check_query_rows(data, inbox, state, party, *, precision, bounds, p):
     return Reply()
 
 
+@releases_nothing
 def omnifc_predicted_labels(data, inbox, state, party):
     """Client step of a querying party: hand its user the labels of its new rows."""
     return Reply(output={"labels": np.asarray(inbox[TAG_PREDICTED], dtype=np.intp)})

@@ -40,18 +40,30 @@ The kinds (:data:`RELEASE_KINDS`):
 ``private-rows``
     Post-processing of the rows the node privatised earlier in the fit
     (input perturbation): charged already.
+``nothing``
+    No message at all, to the server or to a peer: the step keeps state or
+    hands its own user an output (its labels). Any send is refused.
+
+Some kinds exclude each other on one step (:data:`EXCLUSIVE_KINDS`): what the
+node checks for one would be what it lets through for the other (a summary
+counted by ``min-rows-per-vector`` is not also rows by design, exempt from
+it). :func:`contradictions` names them; the package's test suite holds every
+step of the package to it.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "EXCLUSIVE_KINDS",
     "RELEASE_KINDS",
     "bound_only",
+    "contradictions",
     "data_independent",
     "declared_releases",
     "dp_release",
     "on_private_rows",
     "peer_masked",
+    "releases_nothing",
     "releases_rows",
     "sum_only",
     "summand",
@@ -82,7 +94,28 @@ RELEASE_KINDS = {
         "a summand sent to the other nodes only, under pairwise masks: only the total over "
         "every node opens, and the coordinator relays it sealed"
     ),
+    "nothing": "no message at all (state, or its own user's labels): any send is refused",
 }
+
+_ROW_LEVEL = ("summand", "sum-only", "summary", "bound-only", "rows-by-design")
+
+#: ``kind: kinds it excludes on the same step``. A step that sends nothing, or
+#: nothing computed from its rows, is that alone; the five ways a value
+#: computed from rows may leave (added, only added, counted, reduced to a
+#: bound, released by design) get checks that contradict each other, so a
+#: step is at most one of them. ``dp-release`` and ``private-rows`` say how
+#: the values were paid for and combine with any of the five.
+_ALONE = ("nothing", "data-independent")
+EXCLUSIVE_KINDS = {
+    kind: frozenset(
+        other
+        for other in RELEASE_KINDS
+        if other != kind
+        and (kind in _ALONE or other in _ALONE or (kind in _ROW_LEVEL and other in _ROW_LEVEL))
+    )
+    for kind in RELEASE_KINDS
+}
+
 
 _ATTRIBUTE = "__skfedclust_releases__"
 
@@ -97,6 +130,50 @@ def _declare(step, kind):
 def declared_releases(step):
     """The release kinds ``step`` declares (an empty frozenset: it declares none)."""
     return frozenset(getattr(step, _ATTRIBUTE, frozenset()))
+
+
+def contradictions(kinds):
+    """The pairs of ``kinds`` that exclude each other (:data:`EXCLUSIVE_KINDS`).
+
+    Parameters
+    ----------
+    kinds : iterable of str or callable
+        Release kinds, or a client step (its :func:`declared_releases`).
+
+    Returns
+    -------
+    pairs : list of tuple of str
+        Each contradicting pair once, sorted; empty for a consistent
+        declaration.
+
+    Examples
+    --------
+    >>> from skfedclust.node._declarations import contradictions
+    >>> contradictions({"summand", "dp-release"})
+    []
+    >>> contradictions({"summary", "rows-by-design"})
+    [('rows-by-design', 'summary')]
+    """
+    kinds = declared_releases(kinds) if callable(kinds) else frozenset(kinds)
+    return sorted(
+        {
+            tuple(sorted((kind, other)))
+            for kind in kinds
+            for other in EXCLUSIVE_KINDS.get(kind, ())
+            if other in kinds
+        }
+    )
+
+
+def releases_nothing(step):
+    """Declare a client step that sends no message at all.
+
+    It keeps state for the party's later steps, or hands its own user an
+    output (its labels, the position of its rows): nothing goes to the
+    server or to a peer, and the node refuses any send from it, whatever its
+    inputs.
+    """
+    return _declare(step, "nothing")
 
 
 def data_independent(step):

@@ -3,20 +3,21 @@
 A client step is a module-level function whose first parameters are ``data,
 inbox, state, party`` (what
 :func:`~skfedclust.federation.resolve_client_step` accepts): the only code a
-node runs on a coordinator's request. Its declarations say which of a node's
-rules apply to what it sends (:meth:`NodePolicy.check_outgoing
-<skfedclust.node._policy.NodePolicy.check_outgoing>`):
+node runs on a coordinator's request. Each declares the kinds of what it
+releases (:mod:`skfedclust.node._declarations`), from which the node's checks
+follow. :func:`client_steps` lists them all with their kinds, and the
+Security page's tables are rendered here at every docs build, so that the page
+cannot miss a step, a rule or a default:
 
-* :func:`~skfedclust.federation.bound_only`: it runs only inside a bound
-  agreement, which sends the binary order of its largest entry, never its
-  values;
-* :func:`~skfedclust.federation.releases_rows`: its method releases row-level
-  values by design; a node with ``refuse-raw-rows = strict`` refuses it;
-* neither: what it sends is a summary, counted by ``min-rows-per-vector`` and
-  searched for the node's rows within ``raw-row-tolerance``.
+* :func:`audit_table_rst`: every step, by method, with its declared kinds;
+* :func:`release_kinds_table_rst`: every kind of release and its decorator;
+* :func:`rules_table_rst`: every rule a node enforces
+  (:data:`skfedclust.node.RULES`);
+* :func:`node_config_table_rst`: the node-config fields with the code's
+  defaults.
 
-:func:`client_steps` lists them all and :func:`audit_table_rst` renders the
-table of the Security page, so that the page cannot miss a step.
+``ClientStep.kind`` keeps the three classes the node's raw-row and count rules
+tell apart (bound-only, releases rows by design, counted as summaries).
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ import inspect
 import pkgutil
 import re
 
-__all__ = ["ClientStep", "audit_table_rst", "client_steps"]
+from ..node._declarations import RELEASE_KINDS, declared_releases
+
+__all__ = [
+    "ClientStep",
+    "audit_table_rst",
+    "client_steps",
+    "node_config_table_rst",
+    "release_kinds_table_rst",
+    "rules_table_rst",
+]
 
 #: Modules whose client steps serve several methods.
 SHARED_MODULES = (
@@ -70,6 +80,9 @@ class ClientStep:
         The server messages the step declares may differ from client to client.
     summary : str
         The first sentence of the step's docstring.
+    releases : tuple of str
+        The release kinds the step declares
+        (:func:`~skfedclust.node.declared_releases`), sorted.
     """
 
     module: str
@@ -79,6 +92,7 @@ class ClientStep:
     role: str
     per_client_inputs: tuple
     summary: str
+    releases: tuple = ()
 
     @property
     def qualified_name(self):
@@ -206,6 +220,7 @@ def client_steps():
                 role=role,
                 per_client_inputs=tuple(sorted(getattr(obj, "__skfedclust_per_client__", ()))),
                 summary=_first_sentence(obj),
+                releases=tuple(sorted(declared_releases(obj))),
             )
             found[step.qualified_name] = (obj.__code__.co_firstlineno, step)
 
@@ -219,6 +234,13 @@ def client_steps():
 
 def _escape(text):
     return re.sub(r"([\\*`|_])", r"\\\1", str(text))
+
+
+def _releases_cell(step):
+    kinds = ", ".join(f"``{kind}``" for kind in step.releases) or "**none** (refused)"
+    if step.kind == RELEASES_ROWS:
+        kinds += ": " + _escape(step.role.partition(": ")[2])
+    return kinds
 
 
 def audit_table_rst(steps=None):
@@ -245,7 +267,7 @@ def audit_table_rst(steps=None):
         "",
         "   * - Method",
         "     - Client step",
-        "     - What leaves the node",
+        "     - Declared release",
         "     - Per-client server messages",
         "     - What it does",
     ]
@@ -262,8 +284,107 @@ def audit_table_rst(steps=None):
         lines += [
             f"   * - {method}".rstrip(),
             f"     - ``{step.qualified_name}``",
-            f"     - {_escape(step.role)}",
+            f"     - {_releases_cell(step)}",
             f"     - {inputs}",
             f"     - {step.summary or '(no docstring)'}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _list_table(header, rows, widths):
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        f"   :widths: {' '.join(str(w) for w in widths)}",
+        "",
+    ]
+    for row in [header, *rows]:
+        lines.append(f"   * - {row[0]}".rstrip())
+        lines += [f"     - {cell}".rstrip() for cell in row[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def rules_table_rst():
+    """Every rule a node enforces (:data:`skfedclust.node.RULES`) as an RST ``list-table``.
+
+    Returns
+    -------
+    table : str
+        One row per rule: its name, what the node refuses, and the node-config
+        field that sets it (``-`` for a rule no field turns off).
+    """
+    from ..node._refusal import RULES
+
+    rows = [
+        (f"``{rule}``", _escape(refuses), ", ".join(f"``{f.strip()}``" for f in field.split(",")))
+        if field
+        else (f"``{rule}``", _escape(refuses), "-")
+        for rule, (refuses, field) in RULES.items()
+    ]
+    return _list_table(("Rule", "What the node refuses", "Node-config field"), rows, (20, 58, 22))
+
+
+def release_kinds_table_rst():
+    """Every kind of release a step can declare (:data:`~skfedclust.node.RELEASE_KINDS`).
+
+    Returns
+    -------
+    table : str
+        One row per kind: its name, the decorator that declares it, and what
+        the node lets out for it.
+    """
+    from ..node import _declarations
+
+    decorators = {}
+    for name in _declarations.__all__:
+        function = getattr(_declarations, name)
+        if callable(function) and name not in ("contradictions", "declared_releases"):
+            probe = function("a reason") if name == "releases_rows" else function
+            kinds = declared_releases(probe(lambda data, inbox, state, party: None))
+            for kind in kinds:
+                decorators[kind] = name
+    rows = [
+        (
+            f"``{kind}``",
+            f"``@{decorators[kind]}(reason)``"
+            if kind == "rows-by-design"
+            else f"``@{decorators[kind]}``",
+            _escape(text),
+        )
+        for kind, text in RELEASE_KINDS.items()
+    ]
+    return _list_table(("Kind", "Declared by", "What the node lets out"), rows, (18, 24, 58))
+
+
+def node_config_table_rst():
+    """The node-config fields of :class:`~skfedclust.node.NodePolicy`, with their defaults.
+
+    Read from the signature and the docstring of ``NodePolicy``: the field is
+    the parameter's name with dashes, the default is the code's.
+
+    Returns
+    -------
+    table : str
+        One row per field: its name, its default (as the code has it:
+        ``None`` is the absence of a value, whose meaning the field's text
+        gives) and what it sets.
+    """
+    from numpydoc.docscrape import NumpyDocString
+
+    from ..node._policy import NodePolicy
+
+    documented = {
+        p.name: " ".join(" ".join(p.desc).split())
+        for p in NumpyDocString(inspect.getdoc(NodePolicy))["Parameters"]
+    }
+    # A field the node config does not set yet is a NodePolicy parameter only: said so,
+    # rather than listed as something an operator can write.
+    read = inspect.getsource(NodePolicy.from_node_config)
+    rows = []
+    for name, parameter in inspect.signature(NodePolicy).parameters.items():
+        field = name.replace("_", "-")
+        text = _ROLE.sub(_plain_role, documented.get(name, ""))
+        if f'"{field}"' not in read:
+            text += f" (``NodePolicy({name}=...)`` only: not read from the node config yet.)"
+        rows.append((f"``{field}``", f"``{parameter.default!r}``", text))
+    return _list_table(("Node-config field", "Default", "What it sets"), rows, (22, 16, 62))
