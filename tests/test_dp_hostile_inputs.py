@@ -34,6 +34,7 @@ from skfedclust.methods._fedkmeans_steps import (
     fedkmeans_nearest_distances,
 )
 from skfedclust.methods._fedsc_steps import fedsc_coefficients, fedsc_prepare, fedsc_round
+from skfedclust.node._declarations import summary
 from skfedclust.node._dp import MIN_SURVIVORS, NODE_ACCOUNTANT, inside_secure_sum
 from skfedclust.node._policy import NodePolicy
 from skfedclust.node._refusal import NodeRefusal
@@ -418,12 +419,15 @@ def test_coefficients_for_a_hostile_kept_bandwidth_are_refused(no_noise):
 # --------------------------------------------------------------------------- #
 # Attack (b): values of any dtype outside the budget
 # --------------------------------------------------------------------------- #
+# Declared as what they are, per-client summaries: the DP node's own rule refuses them.
+@summary
 def row_count_histogram(data, inbox, state, party, *, edges):
     """A hostile step: how many of the node's rows fall in each bin of feature 0 (int64)."""
     counts, _ = np.histogram(data[:, 0], bins=np.asarray(edges))
     return Reply(send=counts.astype(np.int64))
 
 
+@summary
 def row_in_ball(data, inbox, state, party, *, center, radius):
     """A hostile step: whether a row lies in a ball (a bool, then a Python int)."""
     inside = bool(np.any(np.linalg.norm(data - np.asarray(center), axis=1) < radius))

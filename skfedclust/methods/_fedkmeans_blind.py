@@ -239,7 +239,6 @@ def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
 # Client steps
 # --------------------------------------------------------------------------- #
 @summary
-@data_independent
 @reads()
 def blind_setup_step(
     data, inbox, state, party, *, n_clusters, n_init, max_iter, tol, participants, init=None

@@ -57,10 +57,12 @@ __all__ = [
     "EXCLUSIVE_KINDS",
     "RELEASE_KINDS",
     "bound_only",
+    "coded_shares",
     "contradictions",
     "data_independent",
     "declared_releases",
     "dp_release",
+    "masked_sum",
     "on_private_rows",
     "peer_masked",
     "releases_nothing",
@@ -95,9 +97,26 @@ RELEASE_KINDS = {
         "every node opens, and the coordinator relays it sealed"
     ),
     "nothing": "no message at all (state, or its own user's labels): any send is refused",
+    "masked-sum": (
+        "a secure sum's upload: a summand under pairwise masks; only the total over the "
+        "participants opens, under the secure sum's rules"
+    ),
+    "coded-shares": (
+        "Lagrange-coded shares of the rows, or evaluations on them: any n_colluders of them "
+        "tell nothing of the rows; enough of them decode only the method's output"
+    ),
 }
 
-_ROW_LEVEL = ("summand", "sum-only", "summary", "bound-only", "rows-by-design")
+_ROW_LEVEL = (
+    "summand",
+    "sum-only",
+    "summary",
+    "bound-only",
+    "rows-by-design",
+    "peer-masked",
+    "masked-sum",
+    "coded-shares",
+)
 
 #: ``kind: kinds it excludes on the same step``. A step that sends nothing, or
 #: nothing computed from its rows, is that alone; the five ways a value
@@ -269,6 +288,26 @@ def peer_masked(step):
     nodes add the uploads themselves. Nothing of it goes to the coordinator.
     """
     return _declare(step, "peer-masked")
+
+
+def masked_sum(step):
+    """Declare a secure sum's upload step: its summand under pairwise masks.
+
+    What leaves is the inner step's vector plus masks the node shares with its
+    neighbours; the coordinator opens only the total over the participants,
+    under the secure sum's rules (each checked by the node).
+    """
+    return _declare(step, "masked-sum")
+
+
+def coded_shares(step):
+    """Declare a client step that sends Lagrange-coded shares of its rows, or evaluations on them.
+
+    OmniFC's shares are private against ``n_colluders`` parties; the
+    evaluations of the squared distances decode, from enough parties, only
+    the distance matrix (the method's output).
+    """
+    return _declare(step, "coded-shares")
 
 
 def on_private_rows(step):

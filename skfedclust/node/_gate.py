@@ -32,10 +32,6 @@ __all__ = ["LOCKED_TO", "admit_step", "call_step", "serve_step"]
 #: (the coordinator-blind k-means): the modules whose steps the node still runs.
 LOCKED_TO = "node: this fit runs only the steps of"
 
-#: Whether a step that declares no release is refused (every step of the
-#: package declares one; a user's own step must too).
-REQUIRE_DECLARATION = False
-
 
 def call_step(step, data, inbox, state, party, public):
     """Run ``step`` as a client step: the plain call, with no thread limits of its own."""
@@ -61,7 +57,7 @@ def admit_step(step, policy, method=None, name=None):
     policy.check_step(name, method=method)
     check_role(step, name, "top")
     policy.check_clear_sum(step)
-    if REQUIRE_DECLARATION and not declared_releases(step):
+    if not declared_releases(step):
         raise NodeRefusal(
             "declared-release",
             f"client step {name} declares nothing of what it releases; a node runs only "
@@ -103,6 +99,7 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
     with serving(policy, method):
         reply = run(step, data, inbox, state, party, public)
     reply = _check_reply(reply, step, party.index)
+    _check_nothing_sent(step, reply)
     policy.check_outgoing(
         data,
         reply.send,
@@ -128,4 +125,14 @@ def _check_lock(step, state):
             "agreed-method",
             f"this node committed the fit to the steps of {', '.join(modules)}; "
             f"it runs no other step ({step_name(step)}) until the fit ends",
+        )
+
+
+def _check_nothing_sent(step, reply):
+    """A step declared to release nothing sends nothing, to the server or to a peer."""
+    if declared_releases(step) == {"nothing"} and (reply.send is not None or reply.to_peers):
+        raise NodeRefusal(
+            "declared-release",
+            f"client step {step_name(step)} is declared to release nothing, yet it sends "
+            + ("to the server" if reply.send is not None else "to its peers"),
         )

@@ -62,6 +62,7 @@ from ..federation import (
     private_entropy,
 )
 from ..federation._runtime import _thread_controller
+from ..node._declarations import coded_shares
 from ..utils._memory import check_dense_memory, release_free_heap
 from ._field import (
     DEFAULT_PRIME,
@@ -201,6 +202,7 @@ def _encoding_matrix_cached(n_segments, n_colluders, n_parties, p):
     return matrix
 
 
+@coded_shares
 def lcc_share_step(data, inbox, state, party, *, precision, n_colluders, n_parties, n_segments, p):
     """Client step: quantize the own rows around the offset, send every party its shares.
 
@@ -356,6 +358,7 @@ def _assemble_encoded_rows(inbox, state, party, row_numbers, n_samples):
     return Z
 
 
+@coded_shares
 def lcc_tiles_step(
     data, inbox, state, party, *, tiles, p, row_numbers=None, n_samples=None, n_threads=1
 ):
@@ -380,6 +383,7 @@ def lcc_tiles_step(
     return Reply(send=send, keep=keep)
 
 
+@coded_shares
 def lcc_query_share_step(
     data, inbox, state, party, *, precision, n_colluders, n_parties, n_segments, p
 ):
@@ -397,6 +401,7 @@ def lcc_query_share_step(
     return Reply(to_peers=others, keep={"query share": shares[me].copy()})
 
 
+@coded_shares
 def lcc_query_tiles_step(data, inbox, state, party, *, tiles, p, querier, first, last, n_threads=1):
     """Party step: tiles of the encoded distances of the query rows to its training rows.
 

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..federation import Reply, summand
+from ..node._declarations import summary
 from ._lcc_coding import _check_bound, _data_bounds, resolve_precision
 from ._moments import SumChannel
 
@@ -83,6 +84,8 @@ def fixed_point_column_sums(X, shift):
     return scaled.sum(axis=0, dtype=np.int64)
 
 
+# An order statistic of the party's rows (its largest |x|): a per-client summary.
+@summary
 def offset_bound_step(data, inbox, state, party):
     """Set-up client step: the largest ``|x|`` of its rows up (one float64).
 
@@ -105,6 +108,7 @@ def offset_mean(total, n_samples, shift):
     return np.ldexp(total.astype(np.float64) / max(n_samples, 1), shift)
 
 
+@summary
 def offset_bounds_step(data, inbox, state, party):
     """Set-up client step: keep the offset; send the bounds of the own rows around it.
 

@@ -69,7 +69,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._runtime import Inbox, reads
-from ..node._declarations import data_independent
+from ..node._declarations import data_independent, masked_sum
 from ..node._dp import MIN_SURVIVORS, inside_secure_sum
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, PAID_SUMMAND, charged_to_node
 from ..node._sum_guard import (
@@ -463,6 +463,7 @@ def _pairwise_seeds(inbox, state, graph_seed):
     return seeds
 
 
+@masked_sum
 def secure_sum_upload_step(
     data,
     inbox,
