@@ -790,6 +790,11 @@ class InProcessRuntime(Runtime):
         ``NodePolicy.simulation()``; ``NodePolicy()`` is a deployed node's
         default). Each party checks what it sends against it after every
         step, as a Flower node does.
+    method : str, default=None
+        The estimator class name of the fit the parties take part in (what a
+        Flower node agrees to at its handshake): a party's policy checks the
+        steps that release rows by design against it (``allow-row-release``).
+        ``None``: the session's method, else unknown.
     """
 
     def __init__(
@@ -802,10 +807,15 @@ class InProcessRuntime(Runtime):
         private_entropy=None,
         session=None,
         policy=None,
+        method=None,
     ):
         from ..node._policy import NodePolicy
 
         self.policy = NodePolicy.simulation() if policy is None else policy
+        if method is None and session is not None:
+            method = getattr(session, "_method", None)
+        #: The method the parties agreed to (``None``: unknown).
+        self.method = None if method is None else str(method)
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -1040,7 +1050,13 @@ class InProcessRuntime(Runtime):
             # What leaves a party passes its policy first, as on a Flower node.
             data, charged = self._data(c), charged_to_node(reply, step, self._states[c])
             self.policy.check_outgoing(
-                data, reply.send, reply.to_peers, step, reveals=reply.reveals, charged=charged
+                data,
+                reply.send,
+                reply.to_peers,
+                step,
+                reveals=reply.reveals,
+                charged=charged,
+                method=self.method,
             )
             if may_drop and self._lost(tag, c):
                 continue
@@ -1120,9 +1136,10 @@ class Session:
     estimator's ``server_model()`` gives the model without it.
     """
 
-    __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange")
+    __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange", "_method")
 
     def __init__(self, runtime):
+        self._method = runtime.method
         self._states = [dict(s) for s in runtime._states]
         self._seeds = runtime.seeds
         self._entropy = runtime._private_entropy
@@ -1145,7 +1162,7 @@ def current_runtime_factory():
 def use_runtime(factory):
     """Make estimators fit on runtimes built by ``factory`` inside the ``with`` block.
 
-    ``factory(federation, *, n_parties, n_jobs, name, private_entropy)`` must
+    ``factory(federation, *, n_parties, n_jobs, name, private_entropy, method)`` must
     return a :class:`Runtime`; a subclass of :class:`InProcessRuntime` (one
     that records what its server steps receive, say) is the usual choice.
 

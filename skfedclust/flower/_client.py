@@ -767,6 +767,7 @@ class _Service:
             control["step"],
             reveals=reply.reveals,
             charged=charged_to_node(reply, step, state),
+            method=record["method"] or None,
         )
         state.update(reply.keep)
         _save_state(context, session, state)
