@@ -3,16 +3,18 @@
 Runs ``FederatedFuzzyCMeans`` with ``init="local-centers"`` (the default: the clients'
 local k-means centers, each the mean of two or more rows) and ``init="k-means++-rows"``
 (k-means++ seeds drawn from one client's rows and sent to the server), with aggregations
-v1 (the default, by secure sums) and v2, on the data sets, row splits, clients and seeds
+v1 (the default, by secure sums) or v2, on the data sets, row splits, clients and seeds
 of the benchmark grid (``benchmarks/run.py``: standardized features, 5 clients), next to
 centralized ``KMeans(n_init=10)``. Scores are ARI and NMI, mean ± std over seeds.
 
 Usage::
 
-    python benchmarks/init_ffcm.py               # 5 data sets, 3 row splits, 5 seeds
-    python benchmarks/init_ffcm.py --quick       # iris and wine, 2 seeds
+    python benchmarks/init_ffcm.py                    # v1; 5 data sets, 3 row splits, 5 seeds
+    python benchmarks/init_ffcm.py --aggregations v2  # the same with v2
+    python benchmarks/init_ffcm.py --quick            # iris and wine, 2 seeds
 
-Writes ``benchmarks/results/ffcm_init.md`` (``ffcm_init_quick.md`` with ``--quick``).
+Writes ``benchmarks/results/ffcm_init.md`` (``ffcm_init_v2.md`` for v2; ``_quick`` with
+``--quick``).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ INITS = ["local-centers", "k-means++-rows"]
 AGGREGATIONS = ["v1", "v2"]
 
 
-def variants():
-    return [(init, agg) for agg in AGGREGATIONS for init in INITS]
+def variants(aggregations):
+    return [(init, agg) for agg in aggregations for init in INITS]
 
 
 def label(init, agg):
@@ -59,7 +61,7 @@ def run(args):
                 run_cell(CENTRAL[REFERENCE](k, seed), X, y)
             )
             for part in args.partitions:
-                for init, agg in variants():
+                for init, agg in variants(args.aggregations):
                     est = FederatedFuzzyCMeans(
                         k,
                         init=init,
@@ -77,7 +79,7 @@ def run(args):
 
 
 def page(args, argv, results, errors, elapsed):
-    names = [label(i, a) for i, a in variants()]
+    names = [label(i, a) for i, a in variants(args.aggregations)]
     body = [
         f"{args.seeds} seeds (0 to {args.seeds - 1}), {args.clients} clients, the grid's "
         "data sets and row splits (`benchmarks/run.py`: features standardized on the pooled "
@@ -141,6 +143,9 @@ def main(argv=None):
     parser.add_argument("--partitions", nargs="+", default=ROW_SPLITS, choices=ROW_SPLITS)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument(
+        "--aggregations", nargs="+", default=["v1"], choices=AGGREGATIONS, help="default: v1"
+    )
     parser.add_argument("--quick", action="store_true", help="iris and wine, 2 seeds")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
@@ -148,8 +153,11 @@ def main(argv=None):
         args.datasets, args.seeds = ["iris", "wine"], 2
     with threadpool_limits(1):
         results, errors, elapsed = run(args)
-    name = "ffcm_init_quick" if args.quick else "ffcm_init"
+    name = "ffcm_init" + ("" if args.aggregations == ["v1"] else "_" + "_".join(args.aggregations))
+    name += "_quick" if args.quick else ""
     title = "FederatedFuzzyCMeans: a start that sends no row against the reconstruction's"
+    if args.aggregations != ["v1"]:
+        title += f" ({', '.join(args.aggregations)})"
     write_result(name, title, page(args, argv, results, errors, elapsed))
 
 
