@@ -1,5 +1,7 @@
 """Tests of federated fuzzy c-means (FFCM v1/v2), a baseline of FeCA."""
 
+import functools
+
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
@@ -10,10 +12,12 @@ from sklearn.metrics import adjusted_rand_score
 import skfedclust.methods._ffcm
 from skfedclust import FederatedFuzzyCMeans
 from skfedclust.clusterers import fuzzy_memberships
+from skfedclust.federation import use_runtime
 from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
-from skfedclust.node._policy import raw_row_matches
+from skfedclust.methods._ffcm import fill_small_clusters
+from skfedclust.node._policy import NodePolicy, raw_row_matches
 from skfedclust.partition import DirichletPartition, IIDPartition
-from skfedclust.utils.protocol_checks import check_protocol
+from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol
 
 #: compute_inertia=False (the default): nothing is exchanged for inertia_ after the fit.
 NO_INERTIA = dict.fromkeys(inertia_cost(3), 0)
@@ -181,17 +185,25 @@ def test_ffcm_tiny_clients_seed_together():
     assert len(np.unique(np.vstack(seeding.list()), axis=0)) == k
 
 
+def _on_nodes_refusing_raw_rows(estimator, clients):
+    """Fit on parties whose policy refuses raw rows (a deployed node's default) but counts
+    no vector (so that small clients' rounds pass); the runtime, with what it received."""
+    RecordingRuntime.instances = []
+    policy = NodePolicy(min_rows_per_vector=None, privacy_ledger=False)
+    with use_runtime(functools.partial(RecordingRuntime, policy=policy)):
+        estimator.fit(clients)
+    return RecordingRuntime.instances[-1]
+
+
 def test_ffcm_local_centers_start_sends_summaries_of_two_rows_or_more():
     X, _, truth = _separated_blobs()
     X = X[:200]
     # Clients of 150, 40, 7 and 1 rows; 6 clusters.
     clients = [X[:150], X[150:190], X[190:197], X[197:198]]
     k, T = 6, 2
-    runtime = check_protocol(
-        FederatedFuzzyCMeans(k, n_rounds=T, secure_aggregation=False, random_state=0),
-        clients,
-        rounds=T + 1,
-    )
+    est = FederatedFuzzyCMeans(k, n_rounds=T, secure_aggregation=False, random_state=0)
+    runtime = _on_nodes_refusing_raw_rows(est, clients)
+    assert est.communication_["rounds"] == T + 1
     start = runtime.received[0]
     assert start.tag == "local k-means centers"
     # The client of one row sends nothing; the one of 7 rows at most 3 centers.
@@ -206,7 +218,6 @@ def test_ffcm_local_centers_start_sends_summaries_of_two_rows_or_more():
     (step, (uploads,), public) = runtime.server_inputs[0]
     assert step == "ffcm_seeds_from_local_centers" and uploads is start
     assert set(public) == {"n_clusters", "seed"}
-    est = FederatedFuzzyCMeans(k, n_rounds=T, random_state=0).fit(clients)
     assert _max_matched_error(truth, est.initial_centers_) < 1.0
 
 
@@ -216,17 +227,34 @@ def test_ffcm_local_centers_never_send_a_mean_that_is_a_row():
     triple = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
     client = np.vstack([triple + [10.0 * i, 0.0] for i in range(3)])
     X, _, _ = _separated_blobs()
-    runtime = check_protocol(
-        FederatedFuzzyCMeans(3, n_rounds=1, random_state=0), [client, X[:300], X[300:600]]
-    )
+    est = FederatedFuzzyCMeans(3, n_rounds=1, random_state=0)
+    runtime = _on_nodes_refusing_raw_rows(est, [client, X[:300], X[300:600]])
     # Its local k-means finds the three triples: it sends nothing.
     assert 0 not in runtime.received[0] and sorted(runtime.received[0]) == [1, 2]
 
 
-def test_ffcm_local_centers_need_two_rows_per_cluster():
+def test_ffcm_local_centers_need_two_rows_per_cluster_on_nodes():
     X, _, _ = _separated_blobs()
+    tiny = [X[:3], X[3:6], X[6:10]]
     with pytest.raises(ValueError, match="fewer than n_clusters=6: each local center"):
-        FederatedFuzzyCMeans(6).fit([X[:3], X[3:6], X[6:10]])
+        _on_nodes_refusing_raw_rows(FederatedFuzzyCMeans(6), tiny)
+    # Simulated parties (the user holds every row) may send clusters of one row.
+    assert FederatedFuzzyCMeans(6, random_state=0).fit(tiny).initial_centers_.shape == (6, 2)
+
+
+def test_small_clusters_take_the_nearest_rows_of_larger_ones():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(11, 2))
+    labels = np.array([0] * 8 + [1, 2, 3])  # three clusters of one row, one of eight
+    centers = np.vstack([X[:8].mean(axis=0), X[8], X[9], X[10]])
+    filled = fill_small_clusters(X, labels, centers, 2)
+    sizes = np.bincount(filled, minlength=4)
+    assert (sizes >= 2).all() and sizes.sum() == 11
+    # Each small cluster kept its row and took a row of the large one.
+    assert filled[8] == 1 and filled[9] == 2 and filled[10] == 3
+    assert set(np.flatnonzero(filled != labels)) <= set(range(8))
+    # Already large enough: unchanged.
+    np.testing.assert_array_equal(fill_small_clusters(X, filled, centers, 2), filled)
 
 
 def test_ffcm_bad_input():

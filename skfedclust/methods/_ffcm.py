@@ -52,31 +52,64 @@ def ffcm_local_centers(data, inbox, state, party, *, n_centers):
 
     The client runs k-means (``LOCAL_N_INIT`` k-means++ restarts, seeded by
     its public seed) on its rows with at most ``n_centers`` clusters and at
-    most one per ``m`` of its rows, ``m`` the larger of 2 and its policy's
-    ``min-rows-per-vector``. It sends the centers of the clusters of at least
-    ``m`` rows that lie farther than the raw-row tolerance from every one of
-    its rows (three rows on a line have the middle one as mean), with their
-    row counts: a summary its node's policy lets through, and no row. A
-    client with fewer than ``m`` rows sends nothing. k-means runs on the rows
-    moved to their mean, so a large common offset costs no precision.
+    most one per ``m`` of its rows; a cluster left with fewer than ``m`` rows
+    takes the nearest rows of clusters holding more
+    (:func:`fill_small_clusters`). ``m`` is what its node's policy asks: its
+    ``min-rows-per-vector``, and at least 2 where it refuses raw rows (a
+    deployed node's default: the mean of one row is the row); 1 for a
+    simulated party, whose user holds every row. Where the policy refuses
+    raw rows, the client sends only the means that lie farther than the
+    raw-row tolerance from every one of its rows (three rows on a line have
+    the middle one as mean). It sends them with their row counts: a summary
+    its node's policy lets through, and no row. A client with fewer than
+    ``m`` rows sends nothing. k-means runs on the rows moved to their mean,
+    so a large common offset costs no precision.
     """
     policy = party.policy
-    per_center = max(DEFAULT_MIN_ROWS_PER_VECTOR, policy.min_rows_per_vector or 0)
+    per_center = max(
+        policy.min_rows_per_vector or 1,
+        DEFAULT_MIN_ROWS_PER_VECTOR if policy.refuse_raw_rows else 1,
+    )
     k = min(int(n_centers), data.shape[0] // per_center)
     if k < 1:
         return Reply()
     mean = data.mean(axis=0)
-    local = local_kmeans(data - mean, k, n_init=LOCAL_N_INIT, seed=party.seed)
-    centers = local.centers + mean
-    kept = local.sizes >= per_center
-    if data.shape[1] > 1:
+    shifted = data - mean
+    local = local_kmeans(shifted, k, n_init=LOCAL_N_INIT, seed=party.seed)
+    labels = fill_small_clusters(shifted, local.labels, local.centers, per_center)
+    sizes = np.bincount(labels, minlength=k)
+    centers = np.zeros_like(local.centers)
+    np.add.at(centers, labels, shifted)
+    centers = centers / sizes[:, None] + mean
+    kept = sizes >= per_center
+    if policy.refuse_raw_rows and data.shape[1] > 1:
         tolerance = max(DEFAULT_RAW_ROW_TOLERANCE, policy.raw_row_tolerance)
         for j in np.flatnonzero(kept):
             if raw_row_matches(data, centers[j : j + 1], tolerance) is not None:
                 kept[j] = False
     if not kept.any():
         return Reply()
-    return Reply(send=(centers[kept], local.sizes[kept].astype(np.int64)))
+    return Reply(send=(centers[kept], sizes[kept].astype(np.int64)))
+
+
+def fill_small_clusters(X, labels, centers, min_size):
+    """Labels where every cluster holds at least ``min_size`` rows of ``X``.
+
+    While a cluster holds fewer, it takes the row nearest to its center among
+    the clusters holding more than ``min_size``; with ``len(X) >= min_size *
+    len(centers)`` such a cluster always exists. Clusters that were large
+    enough keep their rows but those they give away.
+    """
+    labels = np.array(labels, copy=True)
+    sizes = np.bincount(labels, minlength=len(centers))
+    while (sizes < min_size).any():
+        short = int(np.argmin(sizes))
+        donors = np.flatnonzero(np.isin(labels, np.flatnonzero(sizes > min_size)))
+        nearest = donors[np.argmin(((X[donors] - centers[short]) ** 2).sum(axis=1))]
+        sizes[labels[nearest]] -= 1
+        labels[nearest] = short
+        sizes[short] += 1
+    return labels
 
 
 @releases_rows("FFCM's k-means++ seeds (init='k-means++-rows') are rows of the seed client")
@@ -143,8 +176,9 @@ def ffcm_seeds_from_local_centers(uploads, *, n_clusters, seed):
         raise ValueError(
             f"FederatedFuzzyCMeans(init='local-centers') received {received} local centers "
             f"from the clients, fewer than n_clusters={n_clusters}: each local center "
-            "summarises at least two rows of its client. Ask for fewer clusters, or give "
-            "the initial centers (init=array)"
+            "summarises as many rows of its client as the client's node requires (two on "
+            "a deployed node's default policy). Ask for fewer clusters, or give the initial "
+            "centers (init=array)"
         )
     pooled = np.vstack([np.asarray(p[0], dtype=np.float64) for p in payloads])
     weights = np.concatenate([np.asarray(p[1], dtype=np.float64) for p in payloads])
@@ -238,13 +272,15 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         given (no exchange).
 
         - ``"local-centers"``: every client runs k-means on its own rows
-          (at most ``n_clusters`` clusters and one per two of its rows) and
-          uploads the centers of its clusters of at least two rows with
-          their row counts; the server runs k-means on these local centers,
-          each weighted by its rows, and starts from its ``n_clusters``
-          centers. No row leaves a client: a default node's policy
+          (at most ``n_clusters`` clusters, each of at least two of its rows
+          on a node that refuses raw rows, a deployed node's default) and
+          uploads their means, none of them a row, with their row counts;
+          the server runs k-means on these local centers, each weighted by
+          its rows, and starts from its ``n_clusters`` centers. No row
+          leaves a client: a default node's policy
           (``min-rows-per-vector``, ``refuse-raw-rows``) checks the upload.
-          Not in the paper (see Notes).
+          Simulated parties, whose user holds every row, allow clusters of
+          one row. Not in the paper (see Notes).
         - ``"k-means++-rows"``: the reconstruction of the paper's start:
           k-means++ seeding run by one randomly chosen client on its own
           rows (among clients holding at least ``n_clusters`` rows; if none
