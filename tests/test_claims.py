@@ -93,9 +93,21 @@ def test_the_security_page_states_a_claim_for_every_estimator():
     table = SECURITY.read_text().partition("What each method gives away")[2]
     table = table.partition("\nThe secure sum against")[0]
     named = set(re.findall(r":class:`~skfedclust\.(\w+)`", table))
-    estimators = {n for n in skfedclust.__all__ if n[0].isupper() and "Clust" in n or n in {
-        "KFed", "MAvg", "FeCA", "FederatedKMeans", "FederatedFuzzyCMeans",
-        "KumarFederatedKMeans"}}
+    estimators = {
+        n
+        for n in skfedclust.__all__
+        if n[0].isupper()
+        and "Clust" in n
+        or n
+        in {
+            "KFed",
+            "MAvg",
+            "FeCA",
+            "FederatedKMeans",
+            "FederatedFuzzyCMeans",
+            "KumarFederatedKMeans",
+        }
+    }
     assert estimators - {"BaseFederatedClustering"} <= named
     # Every row names the tests that attack its claim, and they exist.
     for path in set(re.findall(r"``(tests/test_\w+\.py)``", table)):
@@ -143,7 +155,11 @@ def test_a_dp_node_refuses_every_method_that_sends_exact_values(name):
 def test_a_dp_node_answers_a_private_fit_within_its_budget():
     policy = NodePolicy(privacy_ledger="none", dp_epsilon=2.0)
     make = lambda: skfedclust.FederatedKMeans(  # noqa: E731
-        3, init="sphere-packing", privacy="dp", epsilon=1.0, bounds=(-15.0, 15.0),
+        3,
+        init="sphere-packing",
+        privacy="dp",
+        epsilon=1.0,
+        bounds=(-15.0, 15.0),
         random_state=0,
     )
     clients, runtimes = _fit(make, policy)

@@ -1,5 +1,7 @@
 """Tests of federated fuzzy c-means (FFCM v1/v2), a baseline of FeCA."""
 
+import functools
+
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
@@ -10,9 +12,12 @@ from sklearn.metrics import adjusted_rand_score
 import skfedclust.methods._ffcm
 from skfedclust import FederatedFuzzyCMeans
 from skfedclust.clusterers import fuzzy_memberships
+from skfedclust.federation import use_runtime
 from skfedclust.methods._centroid_steps import secure_inertia_communication as inertia_cost
+from skfedclust.methods._ffcm import fill_small_clusters
+from skfedclust.node._policy import NodePolicy, raw_row_matches
 from skfedclust.partition import DirichletPartition, IIDPartition
-from skfedclust.utils.protocol_checks import check_protocol
+from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol
 
 #: compute_inertia=False (the default): nothing is exchanged for inertia_ after the fit.
 NO_INERTIA = dict.fromkeys(inertia_cost(3), 0)
@@ -76,14 +81,22 @@ def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier, secure):
 def test_ffcm_kmeanspp_init_adds_one_seeding_round():
     X, _, _ = _separated_blobs()
     k, d, m, T = 6, X.shape[1], 4, 3
-    # T + 1 rounds: the seed client's k-means++ seeds are data-derived, so
+    # The paper's start (k-means++ seeds, rows of one client). T + 1 rounds:
+    # the seed client's k-means++ seeds are data-derived, so
     # sending them is a round of its own (not set-up). Up: the k x d seeds
     # once, then each round every client's k x d local centers and k masses.
     # Down: the initial centers, then the centers after every round, k x d
     # to each client. Then the labels and the inertia's secure sums.
     inertia = NO_INERTIA
     runtime = check_protocol(
-        FederatedFuzzyCMeans(k, n_rounds=T, partition=m, secure_aggregation=False, random_state=0),
+        FederatedFuzzyCMeans(
+            k,
+            n_rounds=T,
+            init="k-means++-rows",
+            partition=m,
+            secure_aggregation=False,
+            random_state=0,
+        ),
         X,
         rounds=T + 1 + inertia["rounds"],
         bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],
@@ -155,11 +168,13 @@ def test_ffcm_tiny_clients_seed_together():
     X, _, _ = _separated_blobs()
     clients = [X[:3], X[3:6], X[6:10]]  # no client holds 6 rows
     k, d, m, T = 6, X.shape[1], len(clients), 2
-    # The largest clients seed in one exchange (4 + 2 seeds): still T + 1
-    # rounds (and the inertia's), and k seeds up in total.
+    # The paper's start: the largest clients seed in one exchange (4 + 2
+    # seeds): still T + 1 rounds (and the inertia's), and k seeds up in total.
     inertia = NO_INERTIA
     runtime = check_protocol(
-        FederatedFuzzyCMeans(k, n_rounds=T, secure_aggregation=False, random_state=0),
+        FederatedFuzzyCMeans(
+            k, n_rounds=T, init="k-means++-rows", secure_aggregation=False, random_state=0
+        ),
         clients,
         rounds=T + 1 + inertia["rounds"],
         bytes_up=8 * (k * d + T * m * (k * d + k)) + inertia["bytes_up"],
@@ -168,6 +183,80 @@ def test_ffcm_tiny_clients_seed_together():
     seeding = runtime.received[0]
     assert {c: len(p) for c, p in seeding.items()} == {2: 4, 0: 2}
     assert len(np.unique(np.vstack(seeding.list()), axis=0)) == k
+
+
+def _on_nodes_refusing_raw_rows(estimator, clients):
+    """Fit on parties whose policy refuses raw rows (a deployed node's default) but counts
+    no vector (so that small clients' rounds pass); the runtime, with what it received."""
+    RecordingRuntime.instances = []
+    policy = NodePolicy(min_rows_per_vector=None, privacy_ledger=False)
+    with use_runtime(functools.partial(RecordingRuntime, policy=policy)):
+        estimator.fit(clients)
+    return RecordingRuntime.instances[-1]
+
+
+def test_ffcm_local_centers_start_sends_summaries_of_two_rows_or_more():
+    X, _, truth = _separated_blobs()
+    X = X[:200]
+    # Clients of 150, 40, 7 and 1 rows; 6 clusters.
+    clients = [X[:150], X[150:190], X[190:197], X[197:198]]
+    k, T = 6, 2
+    # v1 by secure sums (the default): the local center of the client of one
+    # row would be its row in the clear.
+    est = FederatedFuzzyCMeans(k, n_rounds=T, random_state=0)
+    runtime = _on_nodes_refusing_raw_rows(est, clients)
+    start = runtime.received[0]
+    assert start.tag == "local k-means centers"
+    # The client of one row sends nothing; the others min(k, rows / 2) centers,
+    # small clusters filled with rows of larger ones (7 rows: 3 centers).
+    assert sorted(start) == [0, 1, 2]
+    assert [len(start[c][0]) for c in range(3)] == [6, 6, 3]
+    for c, (centers, sizes) in start.items():
+        assert len(centers) == len(sizes) <= k and sizes.dtype == np.int64
+        assert (sizes >= 2).all() and sizes.sum() <= len(clients[c])
+        # Each is the mean of its rows, and none of them a row.
+        assert raw_row_matches(clients[c], centers, 1e-4) is None
+    # The server starts from weighted k-means on the pooled local centers.
+    (step, (uploads,), public) = runtime.server_inputs[0]
+    assert step == "ffcm_seeds_from_local_centers" and uploads is start
+    assert set(public) == {"n_clusters", "seed"}
+    assert _max_matched_error(truth, est.initial_centers_) < 1.0
+
+
+def test_ffcm_local_centers_never_send_a_mean_that_is_a_row():
+    # Three rows on a line: the middle one is their mean. A client of such
+    # triples sends none of those means (its node would refuse the row).
+    triple = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    client = np.vstack([triple + [10.0 * i, 0.0] for i in range(3)])
+    X, _, _ = _separated_blobs()
+    est = FederatedFuzzyCMeans(3, n_rounds=1, random_state=0)
+    runtime = _on_nodes_refusing_raw_rows(est, [client, X[:300], X[300:600]])
+    # Its local k-means finds the three triples: it sends nothing.
+    assert 0 not in runtime.received[0] and sorted(runtime.received[0]) == [1, 2]
+
+
+def test_ffcm_local_centers_need_two_rows_per_cluster_on_nodes():
+    X, _, _ = _separated_blobs()
+    tiny = [X[:3], X[3:6], X[6:10]]
+    with pytest.raises(ValueError, match="fewer than n_clusters=6: each local center"):
+        _on_nodes_refusing_raw_rows(FederatedFuzzyCMeans(6), tiny)
+    # Simulated parties (the user holds every row) may send clusters of one row.
+    assert FederatedFuzzyCMeans(6, random_state=0).fit(tiny).initial_centers_.shape == (6, 2)
+
+
+def test_small_clusters_take_the_nearest_rows_of_larger_ones():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(11, 2))
+    labels = np.array([0] * 8 + [1, 2, 3])  # three clusters of one row, one of eight
+    centers = np.vstack([X[:8].mean(axis=0), X[8], X[9], X[10]])
+    filled = fill_small_clusters(X, labels, centers, 2)
+    sizes = np.bincount(filled, minlength=4)
+    assert (sizes >= 2).all() and sizes.sum() == 11
+    # Each small cluster kept its row and took a row of the large one.
+    assert filled[8] == 1 and filled[9] == 2 and filled[10] == 3
+    assert set(np.flatnonzero(filled != labels)) <= set(range(8))
+    # Already large enough: unchanged.
+    np.testing.assert_array_equal(fill_small_clusters(X, filled, centers, 2), filled)
 
 
 def test_ffcm_bad_input():
@@ -183,6 +272,8 @@ def test_ffcm_bad_input():
         FederatedFuzzyCMeans(6, init=init).fit(X)
     with pytest.raises(ValueError, match="fuzzifier"):
         FederatedFuzzyCMeans(6, fuzzifier=1.0).fit(X)
+    with pytest.raises(ValueError, match="'init' parameter"):
+        FederatedFuzzyCMeans(6, init="k-means++").fit(X)
 
 
 def test_ffcm_memberships_are_the_package_rule():
@@ -210,9 +301,15 @@ def test_ffcm_large_offset_changes_no_label(params):
     ref = FederatedFuzzyCMeans(6, **kw).fit(clients)
     shifted = FederatedFuzzyCMeans(6, **kw).fit([c + 1.7e9 for c in clients])
     assert adjusted_rand_score(ref.labels_, shifted.labels_) == 1.0
-    # k-means++ seeding picks the same rows at any offset.
-    np.testing.assert_array_equal(shifted.initial_centers_, ref.initial_centers_ + 1.7e9)
+    # The local k-means runs on rows moved to their mean: the same start at any
+    # offset, up to the rounding of rows near 1.7e9 (a spacing of 2.4e-7).
+    np.testing.assert_allclose(shifted.initial_centers_ - 1.7e9, ref.initial_centers_, atol=1e-5)
     np.testing.assert_array_equal(shifted.predict(X + 1.7e9), shifted.labels_)
+    # k-means++ seeding (the paper's start) picks the same rows at any offset.
+    kw["init"] = "k-means++-rows"
+    ref = FederatedFuzzyCMeans(6, **kw).fit(clients)
+    shifted = FederatedFuzzyCMeans(6, **kw).fit([c + 1.7e9 for c in clients])
+    np.testing.assert_array_equal(shifted.initial_centers_, ref.initial_centers_ + 1.7e9)
 
 
 def test_ffcm_large_offset_with_given_init():

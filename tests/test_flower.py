@@ -193,11 +193,12 @@ def _standing_identities(n_nodes):
     return tuple(_authenticated([{} for _ in range(n_nodes)]))
 
 
-def _local_fit(estimator, clients, private_seeds=None, **grid_kwargs):
+def _local_fit(estimator, clients, private_seeds=None, node_config=None, **grid_kwargs):
     memory = Memory()
     app = make_client_app(Clients(clients), save_output=memory, allowed_modules=ALLOWED)
     configs = [
-        {"partition-id": i, **keys} for i, keys in enumerate(_standing_identities(len(clients)))
+        {"partition-id": i, **keys, **(node_config or {})}
+        for i, keys in enumerate(_standing_identities(len(clients)))
     ]
     if private_seeds is not None:
         configs = [{**c, "private-seed": s} for c, s in zip(configs, private_seeds)]
@@ -995,6 +996,11 @@ def _hybrid_grid(seed=0):
     return grid, [block for group in grid for block in group], [[0, 1, 2], [3, 4]]
 
 
+#: The node-config field a node needs to run DC, whose messages are its rows
+#: through the party's private map.
+DC_NODE = {"allow-row-release": "DCClustering"}
+
+
 def _private_runtime(entropy):
     """In-process runtimes whose parties draw from ``entropy``, as nodes with that private-seed."""
     from skfedclust.federation import InProcessRuntime
@@ -1018,10 +1024,18 @@ def test_dc_on_a_hybrid_grid_of_nodes_is_the_in_process_fit(clusterer):
         reference = DCClustering(**params).fit(grid)
     memory = Memory()
     app = make_client_app(Clients(blocks), save_output=memory, allowed_modules=ALLOWED)
+    # DC sends every row through the party's private map: the nodes' operators
+    # allow it by name.
     configs = [
-        {"partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": "0,1,2"}
+        {**DC_NODE, "partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": "0,1,2"}
         if i % 2 == 0
-        else {"partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": "3,4"}
+        else {
+            **DC_NODE,
+            "partition-id": i,
+            "private-seed": 5,
+            "row-group": i // 2,
+            "columns": "3,4",
+        }
         for i in range(4)
     ]
     estimator = fit_on_flower(
@@ -1064,7 +1078,7 @@ def test_dc_predicts_the_nodes_new_rows_with_the_parties_of_the_fit():
         load_new_data=Clients(new_blocks),
     )
     configs = [
-        {"partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": cols}
+        {**DC_NODE, "partition-id": i, "private-seed": 5, "row-group": i // 2, "columns": cols}
         for i, cols in enumerate(["0,1,2", "3,4", "0,1,2", "3,4"])
     ]
     flower_grid = LocalGrid(app, configs)
@@ -1104,7 +1118,9 @@ def test_predict_on_flower_is_for_the_estimators_whose_parties_keep_state():
         predict_on_flower(estimator, grid)
     from skfedclust import DCClustering
 
-    fitted, _, grid = _local_fit(DCClustering(n_clusters=4, random_state=0), _clients())
+    fitted, _, grid = _local_fit(
+        DCClustering(n_clusters=4, random_state=0), _clients(), node_config=DC_NODE
+    )
     with pytest.raises(RuntimeError, match="keep_for_predict=True"):
         predict_on_flower(fitted, grid)
     # A model fitted on Flower holds no parties: it pickles without any session.
@@ -1163,7 +1179,7 @@ def test_dc_on_a_hybrid_grid_under_the_simulation_runtime(tmp_path):
         Clients(blocks),
         save_output=FileWriter(str(tmp_path / "{key}_{partition-id}.npy")),
         layout=GridLayout(columns),
-        node_defaults=_simulation_identities(tmp_path, len(blocks)),
+        node_defaults={**_simulation_identities(tmp_path, len(blocks)), **DC_NODE},
     )
     estimator = DCClustering(n_clusters=3, random_state=0)
     server_app = ServerApp()
@@ -1858,21 +1874,28 @@ def _fit_with_policy(estimator, clients, **policy):
 
 
 def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
-    # FFCM seeds are rows: with n_clusters = a node's row count, the seed
-    # client would upload every row it holds. The method releases rows by
-    # design (its seeds), so only a strict policy refuses them.
+    # The paper's FFCM seeds are rows: with n_clusters = a node's row count,
+    # the seed client would upload every row it holds. A default node refuses
+    # the step (its method releases rows by design), naming the field to set.
     clients = _clients()
-    harvest = FederatedFuzzyCMeans(n_clusters=60, random_state=0)
+
+    def harvest(init="k-means++-rows"):
+        return FederatedFuzzyCMeans(n_clusters=60, init=init, random_state=0)
+
+    with pytest.raises(
+        FlowerNodeError, match=r"row-release.*allow-row-release = \"FederatedFuzzyCMeans\""
+    ):
+        _fit_with_policy(harvest(), clients)
+    # The default start sends local centers, then the rounds of 60 clusters
+    # over 60 rows are refused.
+    with pytest.raises(FlowerNodeError, match=r"min-rows-per-vector"):
+        _fit_with_policy(harvest("local-centers"), clients)
+    # A node that allows FFCM's release by name still refuses it when strict.
+    allowed = {"allow-row-release": "FederatedFuzzyCMeans", "refuse-raw-rows": "strict"}
     with pytest.raises(FlowerNodeError, match=r"refused.*would send a vector within .* row"):
-        _fit_with_policy(
-            harvest, clients, **{"refuse-raw-rows": "strict", "min-rows-per-vector": 0}
-        )
+        _fit_with_policy(harvest(), clients, **{**allowed, "min-rows-per-vector": 0})
     with pytest.raises(FlowerNodeError, match=r"would send 60 vectors .* 60 rows"):
-        _fit_with_policy(
-            FederatedFuzzyCMeans(n_clusters=60, random_state=0),
-            clients,
-            **{"min-rows-per-vector": 5, "refuse-raw-rows": "strict"},
-        )
+        _fit_with_policy(harvest(), clients, **{**allowed, "min-rows-per-vector": 5})
     # The same policies let a summarising method through.
     estimator, _ = _fit_with_policy(
         KFed(n_clusters=4, random_state=0),

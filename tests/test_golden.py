@@ -143,6 +143,16 @@ EXPECTED_CHANGES: dict[tuple[str, str], str] = {
             "KumarFederatedKMeans",
         )
     },
+    **{
+        (f"FederatedFuzzyCMeans-{case}-rs{rs}", field): (
+            "FFCM's default start is the clients' local k-means centers (init='local-centers'; "
+            "was k-means++ seeds, rows of one client, now init='k-means++-rows'): other "
+            "initial centers, and every client uploads in the start's round"
+        )
+        for case in ("v1", "v2", "v1-dirichlet-local2", "v2-noniid")
+        for rs in (0, 1)
+        for field in ("labels_", "cluster_centers_", "predict", "communication_")
+    },
     ("OmniFCClustering", "communication_"): (
         "OmniFC on the runtime: a common offset by the package's dropout-tolerant secure sum "
         "first (pairwise seeds as set-up, masked column sums up and the unmasking, two rounds, "

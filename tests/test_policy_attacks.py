@@ -24,6 +24,7 @@ from skfedclust import (
 )
 from skfedclust.federation import InProcessRuntime, Reply, summary, use_runtime
 from skfedclust.node._policy import NodePolicy, raw_row_matches
+from skfedclust.utils.protocol_checks import RecordingRuntime
 
 
 def deployed(**fields):
@@ -152,11 +153,133 @@ def test_raw_row_matching_is_exact_about_its_tolerance():
 
 def test_strict_nodes_refuse_the_steps_that_release_rows_by_design():
     X, clients = _clients(n_per_client=40)
-    # FFCM's k-means++ seeding sends rows of the seed client, as in its paper.
-    with deployed():
-        FederatedFuzzyCMeans(3, random_state=0).fit(clients)
-    with deployed(refuse_raw_rows="strict"), pytest.raises(PermissionError, match="by design"):
-        FederatedFuzzyCMeans(3, random_state=0).fit(clients)
+    # FFCM's k-means++ seeding sends rows of the seed client, as in its paper:
+    # a node that allows it by name runs it, unless its policy is strict.
+    paper = {"init": "k-means++-rows", "random_state": 0}
+    allowed = {"allow_row_release": ("FederatedFuzzyCMeans",)}
+    with deployed(**allowed):
+        FederatedFuzzyCMeans(3, **paper).fit(clients)
+    with (
+        deployed(refuse_raw_rows="strict", **allowed),
+        pytest.raises(PermissionError, match="raw-row.*by design"),
+    ):
+        FederatedFuzzyCMeans(3, **paper).fit(clients)
+
+
+class Recording(RecordingRuntime):
+    """A deployed node's default policy, every message the server received kept."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"policy": NodePolicy(), **kwargs})
+
+
+def _recorded_fit(estimator, clients, **policy):
+    RecordingRuntime.instances = []
+    factory = functools.partial(Recording, policy=NodePolicy(**policy))
+    try:
+        with use_runtime(factory):
+            estimator.fit(clients)
+    finally:
+        runtime = RecordingRuntime.instances[-1]
+    return runtime
+
+
+def _rows_received(runtime, clients):
+    """(client, row index) of every row of a client found in what the server received."""
+    found = []
+    for received in runtime.received:
+        for array in _float_arrays(received.list()):
+            vectors = array.reshape(1, -1) if array.ndim == 1 else array
+            if vectors.ndim != 2 or vectors.shape[1] != clients[0].shape[1]:
+                continue
+            for vector in vectors:
+                for c, rows in enumerate(clients):
+                    hit = raw_row_matches(rows, vector[None], 1e-4)
+                    if hit is not None:
+                        found.append((c, hit))
+    return found
+
+
+def _float_arrays(payload):
+    if isinstance(payload, np.ndarray):
+        if payload.dtype.kind == "f":
+            yield payload
+    elif isinstance(payload, (list, tuple)):
+        for value in payload:
+            yield from _float_arrays(value)
+    elif isinstance(payload, dict):
+        for value in payload.values():
+            yield from _float_arrays(value)
+
+
+def test_ffcm_seeds_as_many_as_a_nodes_rows_hand_over_no_row_by_default():
+    # The attack: n_clusters = the seed node's row count. With the paper's
+    # start, the seed node would send every one of its rows as seeds: a
+    # default node refuses the step (its method releases rows by design, and
+    # its operator named no method in allow-row-release), and the server
+    # receives nothing of it.
+    _, clients = _clients()  # four nodes of six rows
+    paper = FederatedFuzzyCMeans(6, init="k-means++-rows", random_state=0)
+    with pytest.raises(PermissionError, match="row-release") as refusal:
+        _recorded_fit(paper, clients)
+    assert refusal.value.rule == "row-release"
+    # It tells the operator the key to set, and for which method.
+    assert 'allow-row-release = "FederatedFuzzyCMeans"' in str(refusal.value)
+    runtime = RecordingRuntime.instances[-1]
+    assert not runtime.received and not runtime.ledger.messages
+    # The default start sends each node's local k-means centers, each the mean
+    # of two or more of its rows: no row reaches the server, and the rounds of
+    # six clusters over six rows are refused by min-rows-per-vector.
+    default = FederatedFuzzyCMeans(6, random_state=0)
+    with pytest.raises(PermissionError, match="min-rows-per-vector") as refusal:
+        _recorded_fit(default, clients)
+    assert refusal.value.rule == "min-rows-per-vector"
+    runtime = RecordingRuntime.instances[-1]
+    start = runtime.received[0]
+    assert start.tag == "local k-means centers" and len(start) == 4
+    assert all(len(centers) <= 3 for centers, _ in start.list())  # six rows, two per center
+    assert _rows_received(runtime, clients) == []
+
+
+def test_the_papers_start_runs_where_the_node_allows_ffcm_by_name():
+    X, clients = _clients(n_per_client=40)
+    paper = FederatedFuzzyCMeans(3, init="k-means++-rows", random_state=0)
+    with pytest.raises(PermissionError, match="row-release"):
+        _recorded_fit(paper, clients, allow_row_release=("KFed", "DCClustering"))
+    runtime = _recorded_fit(paper, clients, allow_row_release=("FederatedFuzzyCMeans",))
+    # It is the paper's release: the seeds the server received are rows of a node.
+    seeds = runtime.received[0]
+    assert seeds.tag == "initial centers"
+    assert len({c for c, _ in _rows_received(runtime, clients)}) == 1
+    assert len(_rows_received(runtime, clients)) == 3
+    assert paper.labels_.shape == (len(X),)
+    # The default start on the same nodes: no row anywhere in what they sent.
+    runtime = _recorded_fit(FederatedFuzzyCMeans(3, random_state=0), clients)
+    assert _rows_received(runtime, clients) == []
+
+
+def test_which_methods_a_node_lets_release_rows():
+    from skfedclust.methods._dc import dc_party_intermediate
+
+    default, named = NodePolicy(), NodePolicy(allow_row_release=("DCClustering",))
+    assert not default.allows_row_release("DCClustering")
+    assert named.allows_row_release("DCClustering")
+    assert not named.allows_row_release("FederatedFuzzyCMeans")
+    assert not named.allows_row_release(None)  # a fit of no known method
+    simulation = NodePolicy.simulation()
+    assert simulation.allows_row_release("DCClustering")
+    assert simulation.allows_row_release("AnyMethodOfTheUser")
+    assert simulation.allows_row_release(None)
+    rows = np.arange(12.0).reshape(6, 2)
+    sent = rows @ np.array([[2.0, 1.0], [0.0, 1.0]])
+    with pytest.raises(PermissionError, match="row-release") as refusal:
+        named.check_outgoing(rows, sent, None, dc_party_intermediate, method=None)
+    assert "method of this fit is unknown" in str(refusal.value)
+    named.check_outgoing(rows, sent, None, dc_party_intermediate, method="DCClustering")
+    # A node with neither harvest rule still asks for the method's name.
+    bare = NodePolicy(min_rows_per_vector=None, refuse_raw_rows=False)
+    with pytest.raises(PermissionError, match="row-release"):
+        bare.check_outgoing(rows, sent, None, dc_party_intermediate, method="DCClustering")
 
 
 @pytest.mark.parametrize(
@@ -190,15 +313,28 @@ def test_a_secure_sums_plaintext_passes_the_policy_too():
         FederatedKMeans(6, init=X[:6], n_init=1, random_state=0).fit(clients)
 
 
+def test_a_default_node_refuses_dc_unless_its_operator_allows_it_by_name():
+    # DC's intermediate representations are every row through the party's map.
+    from skfedclust import DCClustering
+
+    X, clients = _clients(n_per_client=40)
+    with deployed(), pytest.raises(PermissionError, match="row-release") as refusal:
+        DCClustering(3, random_state=0).fit(clients)
+    assert 'set allow-row-release = "DCClustering" in the node config' in str(refusal.value)
+    with deployed(allow_row_release=("DCClustering",)):
+        assert DCClustering(3, random_state=0).fit(clients).labels_.shape == (len(X),)
+
+
 def test_a_deployed_node_refuses_an_invertible_dc_map():
     from skfedclust import DCClustering
 
     X, clients = _clients(n_per_client=40)
-    with deployed(), pytest.raises(PermissionError, match="dc-full-rank-maps"):
+    dc = {"allow_row_release": ("DCClustering",)}
+    with deployed(**dc), pytest.raises(PermissionError, match="dc-full-rank-maps"):
         DCClustering(3, n_components_intermediate=None, random_state=0).fit(clients)
-    with deployed(), pytest.raises(PermissionError, match="dc-full-rank-maps"):
+    with deployed(**dc), pytest.raises(PermissionError, match="dc-full-rank-maps"):
         DCClustering(3, n_components_intermediate=3, random_state=0).fit(clients)
-    with deployed():  # the default keeps one dimension less per party
+    with deployed(**dc):  # the default keeps one dimension less per party
         DCClustering(3, random_state=0).fit(clients)
-    with deployed(dc_full_rank_maps=True):
+    with deployed(dc_full_rank_maps=True, **dc):
         DCClustering(3, n_components_intermediate=None, random_state=0).fit(clients)

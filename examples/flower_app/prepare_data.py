@@ -30,11 +30,14 @@ from skfedclust_app.demo import demo_share
 from skfedclust.flower import IdentityKey
 
 #: The policy every node of the local try is started with (node-config fields):
-#: the methods it agrees to fit, the fewest rows behind each vector it sends,
-#: no row of its own sent verbatim, no secure sum of fewer than three clients.
+#: the methods it agrees to fit, the one whose release of rows by design it runs
+#: (DC's rows through the party's private map), the fewest rows behind each
+#: vector it sends, no row of its own sent verbatim, no secure sum of fewer than
+#: three clients.
 DEFAULT_POLICY = {
     "allowed-methods": "KFed,FeCA,MAvg,FederatedFuzzyCMeans,KumarFederatedKMeans,"
     "GOLDClustering,FedSpectralClustering,DCClustering,OmniFCClustering,FederatedKMeans",
+    "allow-row-release": "DCClustering",
     "min-rows-per-vector": 2,
     "refuse-raw-rows": "true",
     "min-sum-participants": 3,

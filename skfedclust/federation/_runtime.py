@@ -638,6 +638,11 @@ class InProcessRuntime(Runtime):
         node's identity key is): its privacy ledger's key and who it is to
         the others' ledgers. ``None``: each client is its rows (their
         fingerprint), so a simulation of edited rows is of other nodes.
+    method : str, default=None
+        The estimator class name of the fit the parties take part in (what a
+        Flower node agrees to at its handshake): a party's policy checks the
+        steps that release rows by design against it (``allow-row-release``).
+        ``None``: the session's method, else unknown.
     """
 
     def __init__(
@@ -651,6 +656,7 @@ class InProcessRuntime(Runtime):
         session=None,
         policy=None,
         node_identities=None,
+        method=None,
     ):
         from ..node._policy import NodePolicy
 
@@ -665,6 +671,13 @@ class InProcessRuntime(Runtime):
                     f"got {node_identities!r}"
                 )
         self._node_identities = node_identities
+        if method is None and session is not None:
+            method = getattr(session, "_method", None)
+        if method is None and name:
+            # The estimator class ("DCClustering.predict" is a run of DCClustering's steps).
+            method = str(name).partition(".")[0] or None
+        #: The method the parties agreed to (``None``: unknown, a user's own protocol).
+        self.method = None if method is None else str(method)
         self._federation = federation
         self.n_clients = federation.n_clients
         self.n_parties = max(self.n_clients, n_parties or 0)
@@ -676,9 +689,6 @@ class InProcessRuntime(Runtime):
         self.seeds = federation.seeds
         self.n_jobs = n_jobs
         self.name = name
-        # The method a node agrees to: the estimator class ("DCClustering.predict" is
-        # a run of DCClustering's steps); an unnamed runtime is a user's own protocol.
-        self._method = str(name).partition(".")[0] or None if name else None
         if session is not None:
             self.n_parties = session._n_parties
             self.seeds = session._seeds
@@ -877,7 +887,7 @@ class InProcessRuntime(Runtime):
                 self._states[c],
                 self._party(c, n_threads),
                 {**public, **per_client.get(c, {})},
-                self._method,
+                self.method,
             )
             for c, inbox in zip(targets, inboxes)
         )
@@ -977,9 +987,10 @@ class Session:
     estimator's ``server_model()`` gives the model without it.
     """
 
-    __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange")
+    __slots__ = ("_states", "_seeds", "_entropy", "_n_parties", "_exchange", "_method")
 
     def __init__(self, runtime):
+        self._method = runtime.method
         self._states = [dict(s) for s in runtime._states]
         self._seeds = runtime.seeds
         self._entropy = runtime._private_entropy
@@ -1002,7 +1013,7 @@ def current_runtime_factory():
 def use_runtime(factory):
     """Make estimators fit on runtimes built by ``factory`` inside the ``with`` block.
 
-    ``factory(federation, *, n_parties, n_jobs, name, private_entropy)`` must
+    ``factory(federation, *, n_parties, n_jobs, name, private_entropy, method)`` must
     return a :class:`Runtime`; a subclass of :class:`InProcessRuntime` (one
     that records what its server steps receive, say) is the usual choice.
 

@@ -86,6 +86,7 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
                 n_jobs=self.n_jobs,
                 name=type(self).__name__,
                 private_entropy=private_entropy(random_state),
+                method=type(self).__name__,
             )
             runtime.stage(
                 f"federation of {federation.n_clients} clients, "

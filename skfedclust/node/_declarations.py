@@ -266,11 +266,14 @@ def releases_rows(reason):
     """Declare a client step whose method releases row-level values by design.
 
     DC's intermediate representations (every row through the party's private
-    map) and FFCM's k-means++ seeds (rows of the seed client) are what their
-    papers send. A node's default policy does not count such a step's vectors
-    or look for its rows in them (it would refuse the method itself); a node
-    whose policy sets ``refuse-raw-rows = strict`` refuses them, and the
-    Security page lists every such step with ``reason``.
+    map) and FFCM's k-means++ seeds (rows of the seed client,
+    ``init="k-means++-rows"``) are what their papers send. A node runs such a
+    step only in a fit of a method its operator names in
+    ``allow-row-release`` (rule ``row-release``; a default node names none).
+    So allowed, its policy does not count the step's vectors or look for its
+    rows in them (it would refuse the method itself), unless it sets
+    ``refuse-raw-rows = strict``, which refuses them. The Security page lists
+    every such step with ``reason``.
     """
 
     def mark(step):

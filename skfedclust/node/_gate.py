@@ -107,6 +107,7 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
         step,
         reveals=reply.reveals,
         charged=charged_to_node(reply, step, state),
+        method=method,
     )
     return reply
 

@@ -200,6 +200,18 @@ def methods(value, name):
     return tuple(names)
 
 
+def row_release_methods(value, name):
+    """:func:`methods`, or ``*``: every method's release of rows (the operator's explicit choice)."""
+    if (isinstance(value, str) and value.strip() == "*") or (
+        isinstance(value, (list, tuple)) and tuple(value) == ("*",)
+    ):
+        return ("*",)
+    return methods(value, name)
+
+
+row_release_methods.expected = "comma-separated estimator class names, or *"
+
+
 def raw_rows(value, name):
     """``true``, ``false`` or ``strict``."""
     if isinstance(value, str) and value.strip().lower() == "strict":
@@ -407,10 +419,10 @@ POLICY_FIELDS = (
     ),
     _policy(
         "allow-row-release",
-        methods,
+        row_release_methods,
         (),
         "none",
-        "estimator class names whose by-design row releases the node runs",
+        "estimator class names whose by-design row releases the node runs (* for every method)",
     ),
 )
 

@@ -178,6 +178,9 @@ DEFAULT_MAX_FITS = 100
 #: A simulated party's ``dp_trusted_shares``: every share the estimator announces.
 SIMULATION_TRUSTED_SHARES = 2**31 - 1
 
+#: In ``allow_row_release``: every method (a simulated party's, whose user holds every row).
+ROW_RELEASE_WILDCARD = "*"
+
 #: Where a node keeps its own DP accountant in its private state; a step that
 #: charged a release keeps it there.
 NODE_ACCOUNTANT = "dp: this node's accountant"
@@ -411,8 +414,9 @@ class NodePolicy:
         (``min-rows-per-vector``, ``refuse-raw-rows``), which guard a node
         against a coordinator it does not control, are off, so that small
         test data and scikit-learn's estimator checks run as they would
-        centrally. A test that simulates deployed nodes passes ``NodePolicy()``
-        (a node's defaults) to the runtime.
+        centrally; every method's release of rows by design is allowed
+        (``allow_row_release=("*",)``). A test that simulates deployed nodes
+        passes ``NodePolicy()`` (a node's defaults) to the runtime.
 
         A simulated party counts on every noise share the estimator announces
         (``dp_trusted_shares`` = :data:`SIMULATION_TRUSTED_SHARES`): the
@@ -433,6 +437,8 @@ class NodePolicy:
             # colludes against the others, so each counts on the noise shares
             # the estimator announces (a node counts on its dp-trusted-shares).
             dp_trusted_shares=SIMULATION_TRUSTED_SHARES,
+            # Every method's own release of rows: they are the user's rows.
+            allow_row_release=(ROW_RELEASE_WILDCARD,),
         )
 
     @classmethod
@@ -579,7 +585,9 @@ class NodePolicy:
                 "this node's policy (allow-clear-sums = false) sends it only inside one",
             )
 
-    def check_outgoing(self, data, to_server, to_peers, step, *, reveals=None, charged=False):
+    def check_outgoing(
+        self, data, to_server, to_peers, step, *, reveals=None, charged=False, method=None
+    ):
         """Refuse to send what a step sends if it breaks the policy.
 
         The vector count applies to what goes to the server (summaries such as
@@ -591,8 +599,10 @@ class NodePolicy:
         center placed to catch one row does not get that row back in the
         clear). A step declared with
         :func:`~skfedclust.federation.releases_rows` (its method releases
-        row-level values by design, as the Security page lists) is exempt from
-        both rules unless the policy is strict.
+        row-level values by design, as the Security page lists) runs only for
+        a method the operator names in ``allow-row-release`` (rule
+        ``row-release``); so allowed, it is exempt from both rules unless the
+        policy is strict.
 
         Parameters
         ----------
@@ -611,15 +621,23 @@ class NodePolicy:
             with a budget (``dp-epsilon``) sends no value of any dtype that is
             not, unless the step is declared data-independent (rule
             ``dp-only``).
+        method : str or None, default=None
+            The estimator class name of the fit this node agreed to (its
+            handshake's). A step that releases rows by design runs only where
+            ``allow_row_release`` names it; ``None`` (a fit of no known
+            method) only where it holds the wildcard ``"*"``.
         """
         if data is None or data.ndim != 2 or data.shape[0] == 0:
             return
         if self.dp_epsilon is not None and not charged:
             self._check_only_private_values(to_server, to_peers, step)
+        name, declared = _step_declaration(step)
+        if declared is not None:
+            # The paper's own release of rows: only for a method the operator named.
+            self._check_row_release(name, declared, method)
         if self.min_rows_per_vector is None and not self.refuse_raw_rows:
             # Neither rule is on (a simulated party): nothing below can refuse.
             return
-        name, declared = _step_declaration(step)
         if declared is not None and not self.strict_rows:
             return
         n_rows, width = data.shape
@@ -640,6 +658,38 @@ class NodePolicy:
                 # One feature: any statistic of it is some row's value; nothing to tell.
                 if self.refuse_raw_rows and width > 1:
                     self._check_raw_rows(data, vectors, name, declared)
+
+    def allows_row_release(self, method):
+        """Whether this node runs the steps that release rows by design of ``method``.
+
+        ``method`` is the fit's estimator class name (``None``: unknown). The
+        wildcard ``"*"`` in ``allow_row_release`` (a simulated party's)
+        allows every method.
+        """
+        allowed = self.allow_row_release
+        return ROW_RELEASE_WILDCARD in allowed or (method is not None and method in allowed)
+
+    def _check_row_release(self, step_name, reason, method):
+        if self.allows_row_release(method):
+            return
+        if method is None:
+            whose = (
+                "the method of this fit is unknown to the node (no handshake named it), so "
+                f'only allow-row-release = "{ROW_RELEASE_WILDCARD}" would let it through'
+            )
+        else:
+            named = ", ".join(self.allow_row_release) or "no method"
+            listed = ",".join((*self.allow_row_release, method))
+            whose = (
+                f"this node's operator allows that for {named} (allow-row-release), not for "
+                f'{method}: to allow it, set allow-row-release = "{listed}" in the node config'
+            )
+        raise NodeRefusal(
+            "row-release",
+            f"step {step_name} sends row-level values of this node by its method's design "
+            f"({reason}); {whose}. Otherwise fit a variant of the method that does not "
+            "release rows",
+        )
 
     def _check_only_private_values(self, to_server, to_peers, step):
         # A budget bounds what any sequence of releases tells about a row only

@@ -61,15 +61,17 @@ def save_output(node_config, key, values):
 
 
 def simulation_defaults(node_config):
-    """``allow-unauthenticated`` for a node of Flower's simulation, nothing for any other.
+    """Defaults of a node of Flower's simulation, nothing for any other.
 
     A simulated node (``num-partitions``, no ``data-path``) holds a share of the
     public demo data, and every simulated node runs in the one process of the
     person who started the simulation: there is no other operator to
-    authenticate. A deployed node must have its identity key and trust file.
+    authenticate (``allow-unauthenticated``), and DC may send the demo rows
+    through the parties' private maps (``allow-row-release``). A deployed node
+    must have its identity key and trust file, and its operator's policy.
     """
     if "num-partitions" in node_config and "data-path" not in node_config:
-        return {"allow-unauthenticated": True}
+        return {"allow-unauthenticated": True, "allow-row-release": "DCClustering"}
     return {}
 
 
