@@ -201,7 +201,7 @@ def methods(value, name):
 
 
 def row_release_methods(value, name):
-    """:func:`methods`, or ``*``: every method's release of rows (the operator's explicit choice)."""
+    """:func:`methods`, or ``*``: every method's release of rows (an explicit choice)."""
     if (isinstance(value, str) and value.strip() == "*") or (
         isinstance(value, (list, tuple)) and tuple(value) == ("*",)
     ):
