@@ -138,8 +138,8 @@ def test_the_ledger_is_written_before_the_upload_leaves_the_node(tmp_path):
     Coordinator(_fit(X, rows, policy)).upload(EVERYONE)
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert len(records) == 6
-    assert all(r["version"] == 2 and r["sums"] for r in records)
-    assert all(entry[2] is None for r in records for entry in r["sums"].values())
+    assert all(r["version"] == 3 and r["sums"] for r in records)
+    assert all(e[2] is None for r in records for entries in r["sums"].values() for e in entries)
     with refused("one-sum-per-input"):
         Coordinator(_fit(X, rows, policy)).upload(EVERYONE[:-1])
 
@@ -152,8 +152,32 @@ def test_a_ledger_of_version_1_is_read_and_upgraded(tmp_path):
     assert ledger.n_fits == 1 and ledger.releases() == [("x", 1.0, 2.0, 1)]
     ledger.join_sum([b"\x01"], ["a", "b", "c"])
     record = json.loads(ledger.path.read_text())
-    assert record["version"] == 2 and record["fits"] == ["fit 1"]
-    assert record["sums"] == {"01": ["fit 2", 0, None]}
+    assert record["version"] == 3 and record["fits"] == ["fit 1"]
+    assert record["sums"] == {"01": [["fit 2", 0, None]]}
+
+
+def test_a_ledger_of_version_2_keeps_its_sums(tmp_path):
+    # Version 2 kept one sum per key; version 3 a list of them. A sum of
+    # version 2 still refuses a repeat over everyone but one in a later fit.
+    ledger = NodeLedger(tmp_path, "abc", "fit 2")
+    everyone = ["a", "b", "c", "d"]
+    ledger.path.write_text(
+        json.dumps(
+            {
+                "version": 2,
+                "fits": ["fit 1"],
+                "releases": [],
+                "client_sets": [everyone],
+                "sums": {"01": ["fit 1", 0, 0]},
+            }
+        )
+    )
+    with refused("one-sum-per-input"):
+        ledger.join_sum([b"\x01"], everyone[:-1])
+    ledger.join_sum([b"\x01"], everyone)
+    record = json.loads(ledger.path.read_text())
+    assert record["version"] == 3
+    assert record["sums"]["01"] == [["fit 1", 0, 0], ["fit 2", 0, None]]
 
 
 def test_an_unauthenticated_slot_is_of_one_fit_alone(tmp_path):

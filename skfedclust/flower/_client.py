@@ -34,7 +34,7 @@ from ..federation._runtime import (
     allowed_step_modules,
     threads_per_step,
 )
-from ..node._policy import charged_to_node
+from ..node._policy import agreed_method, charged_to_node
 from . import _crypto
 from ._codec import decode, encode, from_bytes, to_bytes
 from ._policy import NodePolicy, method_step_modules
@@ -757,7 +757,10 @@ class _Service:
             identities=json.loads(record["identities"]) if "identities" in record else None,
         )
         state = _load_state(context, session)
-        with allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])):
+        with (
+            allowed_step_modules(_nested_step_modules(self.allowed_modules, record["method"])),
+            agreed_method(record["method"] or None),
+        ):
             reply = _run_step(step, data, inbox, state, me, body["public"])
         reply = _check_reply(reply, step, party)
         policy.check_outgoing(

@@ -16,14 +16,16 @@ a file of that directory:
   simulation;
 * its secure sums' rule ``one-sum-per-input``
   (:mod:`skfedclust.secure._sum_guard`) holds across fits: for every sum it
-  joins, the ledger keeps the keys the rule compares (the statistic, and each
-  float array it added), who took part and, from its unmasking, who survived.
-  A later fit that asks it to add a recorded key over other participants, or
-  to unmask one with other survivors, is refused: the sum over everyone in
-  one fit and over everyone but one in the next would give away that one's
-  vector as surely as two sums of one fit. The same participants and
-  survivors (an honest re-fit over the same clients) tell nothing new and
-  are accepted.
+  joins, the ledger keeps the keys the rule compares (the statistic, and the
+  values it added, by what they reveal), who took part and, from its
+  unmasking, who survived. A later fit that asks it to add a recorded key over
+  participants, or to unmask one with survivors, that differ from an earlier
+  fit's by fewer than ``min-sum-participants`` clients (one client left out,
+  one new member) is refused: the sum over everyone in one fit and over
+  everyone but one in the next would give away that one's vector as surely as
+  two sums of one fit. The same participants and survivors (an honest re-fit
+  over the same clients) tell nothing new and are accepted, and so do sets
+  that differ by at least the minimum.
 
 Participants are compared by **identity**, not by slot number: a
 coordinator may hand out the slots in another order at every fit. On Flower
@@ -40,9 +42,12 @@ the fit leaves them on record (the node errs on the side of its data). The
 file is replaced atomically (:func:`os.replace`), never edited in place.
 
 Version 2 of the file adds the sums' record; a file of version 1 is read (its
-releases and fits hold) and rewritten as version 2 at its next change. Sums
+releases and fits hold) and rewritten as version 3 at its next change. Sums
 joined before then are not on record: a node upgraded mid-way starts its
 record empty rather than locking its owner out of the budget it keeps.
+Version 3 keeps, per key, every set of clients the key was added over (a
+repeat over a set that differs by ``min-sum-participants`` clients or more is
+accepted); a version-2 entry (one set per key) is read as a list of one.
 """
 
 from __future__ import annotations
@@ -57,9 +62,9 @@ import numpy as np
 
 __all__ = ["NodeLedger", "data_fingerprint"]
 
-_VERSION = 2
+_VERSION = 3
 #: Versions this module reads; an older file gets an empty record of sums.
-_READABLE = (1, 2)
+_READABLE = (1, 2, 3)
 
 
 def data_fingerprint(data):
@@ -69,6 +74,41 @@ def data_fingerprint(data):
     h.update(array.dtype.str.encode() + repr(array.shape).encode())
     h.update(array.tobytes())
     return h.hexdigest()
+
+
+#: How :meth:`NodeLedger.identities` names a slot it cannot authenticate.
+_UNKNOWN = "fit "
+
+
+def _unknown(fit, slot):
+    return f"{_UNKNOWN}{fit}, slot {slot}"
+
+
+def _isolates(earlier, current, minimum):
+    """Whether two client sets (identities) of one key's sums give clients away.
+
+    :func:`~skfedclust.node._sum_guard.isolated_clients`, failing closed on
+    slots of unknown identity: any number of them may be the same node, so a
+    difference that holds one is refused however large it looks.
+    """
+    from ._sum_guard import isolated_clients
+
+    earlier, current = set(earlier), set(current)
+    if any(str(i).startswith(_UNKNOWN) for i in earlier ^ current):
+        return True
+    return bool(isolated_clients(earlier, current, minimum))
+
+
+def _entries(entry):
+    """A key's sums on record, ``[[fit, participants, survivors or None], ...]``.
+
+    Version 2 kept one sum per key (``[fit, participants, survivors]``).
+    """
+    if not entry:
+        return []
+    if isinstance(entry[0], str):
+        return [entry]
+    return [list(e) for e in entry]
 
 
 def _client_set(sets, identities):
@@ -185,11 +225,11 @@ class NodeLedger:
         """
         known = party.identities or ()
         return [
-            known[c] if c < len(known) and known[c] is not None else f"fit {self.fit}, slot {c}"
+            known[c] if c < len(known) and known[c] is not None else _unknown(self.fit, c)
             for c in map(int, clients)
         ]
 
-    def join_sum(self, keys, participants):
+    def join_sum(self, keys, participants, *, minimum=3):
         """Record a sum over ``participants`` adding ``keys``; refuse a repeat of an earlier fit.
 
         Parameters
@@ -198,53 +238,72 @@ class NodeLedger:
             The keys rule ``one-sum-per-input`` compares (statistic, values).
         participants : sequence of str
             The participants' identities.
+        minimum : int, default=3
+            The node's ``min-sum-participants``.
 
         Raises
         ------
         SumRefusal
             Rule ``one-sum-per-input``: an earlier fit added one of ``keys``
-            over other participants.
+            over participants that differ from these by between 1 and
+            ``minimum - 1`` clients
+            (:func:`~skfedclust.node._sum_guard.isolated_clients`).
         """
         record = self._read()
-        sums = record["sums"]
-        mine = _client_set(record["client_sets"], participants)
-        new = {}
+        sums, sets = record["sums"], record["client_sets"]
+        mine = _client_set(sets, participants)
+        changed = False
         for key in map(bytes.hex, keys):
-            entry = sums.get(key)
-            if entry is None:
-                new[key] = [self.fit, mine, None]
-            elif entry[0] != self.fit and entry[1] != mine:
-                self._refuse("added this statistic or these values over other clients")
-        # A repeat of what is on record adds nothing: only a new key costs a write.
-        if new:
-            sums.update(new)
+            entries = _entries(sums.get(key))
+            for fit, earlier, _ in entries:
+                if fit != self.fit and _isolates(sets[earlier], sets[mine], minimum):
+                    self._refuse("added this statistic or these values over other clients")
+            # A repeat of what is on record adds nothing: only a new entry costs a write.
+            if not any(e[0] == self.fit and e[1] == mine for e in entries):
+                sums[key] = [*entries, [self.fit, mine, None]]
+                changed = True
+        if changed:
             self._write(record)
 
-    def unmask_sum(self, keys, survivors):
-        """Record the survivors of a sum adding ``keys``; refuse other survivors than an
-        earlier fit's.
+    def unmask_sum(self, keys, survivors, *, participants=None, minimum=3):
+        """Record the survivors of a sum adding ``keys``; refuse survivors that differ too
+        little from an earlier fit's.
+
+        ``participants`` (identities) names the sum this fit joined; ``None``
+        takes this fit's entry of each key without survivors.
 
         Raises
         ------
         SumRefusal
             Rule ``one-sum-per-input``: an earlier fit unmasked one of ``keys``
-            with other survivors.
+            with survivors that differ from these by between 1 and
+            ``minimum - 1`` clients.
         """
         record = self._read()
         sets, sums = record["client_sets"], record["sums"]
         ending = _client_set(sets, survivors)
+        joined = None if participants is None else _client_set(sets, participants)
         changed = False
         for key in map(bytes.hex, keys):
-            entry = sums.get(key)
-            if entry is None:
-                continue
-            if entry[2] is None:
+            entries = _entries(sums.get(key))
+            for fit, _, ended in entries:
+                if (
+                    fit != self.fit
+                    and ended is not None
+                    and _isolates(sets[ended], sets[ending], minimum)
+                ):
+                    self._refuse("unmasked this statistic or these values with other survivors")
+            for entry in entries:
                 # Survivors a fit never learned (it ended before this node
                 # unmasked) are known from now on.
-                entry[2] = ending
+                if entry[2] is None and (joined is None or entry[1] == joined):
+                    entry[2] = ending
+                    changed = True
+            if joined is not None and [self.fit, joined, ending] not in entries:
+                entries.append([self.fit, joined, ending])
                 changed = True
-            elif entry[0] != self.fit and entry[2] != ending:
-                self._refuse("unmasked this statistic or these values with other survivors")
+            if entries:
+                sums[key] = entries
         if changed:
             self._write(record)
 
