@@ -147,13 +147,35 @@ def test_the_same_statistic_at_another_scale_and_dtype_gets_a_common_key():
 # --------------------------------------------------------------------------- #
 # Honest change: a repeat over clients that differ by the minimum or more
 # --------------------------------------------------------------------------- #
-def test_isolated_clients_is_the_smaller_difference_below_the_minimum():
-    assert isolated_clients(range(5), range(6), 3) == (5,)
-    assert isolated_clients(range(6), range(5), 3) == (5,)
-    assert isolated_clients(range(5), range(8), 3) == ()
-    assert isolated_clients(range(5), [0, 1, 2, 3, 4, 5, 6], 3) == (5, 6)
-    assert isolated_clients(range(5), range(5), 3) == ()
-    assert isolated_clients([0, 1, 2, 3, 4], [0, 1, 5, 6, 7], 3) == ()
+def test_isolated_clients_are_the_new_groups_below_the_minimum():
+    five, six, eight = range(5), range(6), range(8)
+    # One new member, or one left out: a group of one.
+    assert isolated_clients([five], six, 3) == (5,)
+    assert isolated_clients([six], five, 3) == (5,)
+    # Three new members: a group of three; two: a group of two.
+    assert isolated_clients([five], eight, 3) == ()
+    assert isolated_clients([five], range(7), 3) == (5, 6)
+    # The same clients again, or the first sum: nothing new.
+    assert isolated_clients([five], five, 3) == ()
+    assert isolated_clients([], five, 3) == ()
+    # Two samples sharing three clients: each with two of its own, or three.
+    assert isolated_clients([five], [0, 1, 2, 5, 6], 3) == (3, 4)
+    assert isolated_clients([range(6)], [0, 1, 2, 6, 7, 8], 3) == ()
+
+
+def test_three_sums_whose_pairwise_differences_are_large_are_refused_if_they_isolate_one():
+    # Sums over A + {4} and {4} + B, then over their union: each pair differs by
+    # four clients, yet the first two minus the third is client 4's vector.
+    first, second = [0, 1, 2, 3, 4], [4, 5, 6, 7, 8]
+    assert isolated_clients([first], second, 3) == (4,)
+    with_two_shared = [3, 4, 5, 6, 7, 8]
+    assert isolated_clients([first], with_two_shared, 3) == (3, 4)
+    # Groups of three: accepted, and so is the union over them (it adds no group);
+    # a set that splits a group is not.
+    first, second = range(6), range(3, 9)
+    assert isolated_clients([first], second, 3) == ()
+    assert isolated_clients([first, second], range(9), 3) == ()
+    assert isolated_clients([first, second], [0, 1, 6, 7, 8], 3) == (2,)
 
 
 def _eight():
@@ -179,6 +201,11 @@ def test_one_new_member_is_refused_and_three_new_together_are_accepted():
         coordinator.upload([*first, 5, 6], run_on=first)
     # Three new together: their sum is a sum of three, as any secure sum.
     coordinator.complete_sum([*first, 5, 6, 7])
+    # The two sums' groups are {0..4} and {5, 6, 7}: a third over {3..7} would
+    # split both into groups of two and three, the pair {3, 4} among them.
+    with refused("one-sum-per-input") as refusal:
+        coordinator.upload([3, 4, 5, 6, 7])
+    assert "[3, 4]" in str(refusal.value)
 
 
 def test_a_repeat_with_three_clients_dropped_is_accepted_and_with_one_refused():

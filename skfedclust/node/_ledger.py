@@ -84,18 +84,23 @@ def _unknown(fit, slot):
     return f"{_UNKNOWN}{fit}, slot {slot}"
 
 
-def _isolates(earlier, current, minimum):
-    """Whether two client sets (identities) of one key's sums give clients away.
+def _isolates(earlier, current, minimum, *, fits=None, fit=None):
+    """Whether a sum over ``current`` (identities) gives clients away with the ``earlier`` sets.
 
     :func:`~skfedclust.node._sum_guard.isolated_clients`, failing closed on
     slots of unknown identity: any number of them may be the same node, so a
-    difference that holds one is refused however large it looks.
+    set of another fit (``fits[k]`` for ``earlier[k]``, this fit ``fit``) that
+    differs from ``current`` by one is refused however large the difference looks.
     """
     from ._sum_guard import isolated_clients
 
-    earlier, current = set(earlier), set(current)
-    if any(str(i).startswith(_UNKNOWN) for i in earlier ^ current):
-        return True
+    current = set(current)
+    for k, clients in enumerate(earlier):
+        if fits is not None and fits[k] == fit:
+            continue
+        difference = set(clients) ^ current
+        if any(str(i).startswith(_UNKNOWN) for i in difference):
+            return True
     return bool(isolated_clients(earlier, current, minimum))
 
 
@@ -244,9 +249,9 @@ class NodeLedger:
         Raises
         ------
         SumRefusal
-            Rule ``one-sum-per-input``: an earlier fit added one of ``keys``
-            over participants that differ from these by between 1 and
-            ``minimum - 1`` clients
+            Rule ``one-sum-per-input``: with the sums of ``keys`` on record
+            (of any fit), this one would make a group of between 1 and
+            ``minimum - 1`` clients the server could isolate
             (:func:`~skfedclust.node._sum_guard.isolated_clients`).
         """
         record = self._read()
@@ -255,9 +260,11 @@ class NodeLedger:
         changed = False
         for key in map(bytes.hex, keys):
             entries = _entries(sums.get(key))
-            for fit, earlier, _ in entries:
-                if fit != self.fit and _isolates(sets[earlier], sets[mine], minimum):
-                    self._refuse("added this statistic or these values over other clients")
+            # Every fit's sums together: a sum of this fit may open, with
+            # earlier fits' sums, a group of clients that neither did alone.
+            earlier = [sets[e[1]] for e in entries]
+            if _isolates(earlier, sets[mine], minimum, fits=[e[0] for e in entries], fit=self.fit):
+                self._refuse("added this statistic or these values over other clients")
             # A repeat of what is on record adds nothing: only a new entry costs a write.
             if not any(e[0] == self.fit and e[1] == mine for e in entries):
                 sums[key] = [*entries, [self.fit, mine, None]]
@@ -275,9 +282,9 @@ class NodeLedger:
         Raises
         ------
         SumRefusal
-            Rule ``one-sum-per-input``: an earlier fit unmasked one of ``keys``
-            with survivors that differ from these by between 1 and
-            ``minimum - 1`` clients.
+            Rule ``one-sum-per-input``: with the survivors of the sums of
+            ``keys`` on record, these would make a group of between 1 and
+            ``minimum - 1`` clients the server could isolate.
         """
         record = self._read()
         sets, sums = record["client_sets"], record["sums"]
@@ -286,13 +293,10 @@ class NodeLedger:
         changed = False
         for key in map(bytes.hex, keys):
             entries = _entries(sums.get(key))
-            for fit, _, ended in entries:
-                if (
-                    fit != self.fit
-                    and ended is not None
-                    and _isolates(sets[ended], sets[ending], minimum)
-                ):
-                    self._refuse("unmasked this statistic or these values with other survivors")
+            done = [e for e in entries if e[2] is not None]
+            earlier = [sets[e[2]] for e in done]
+            if _isolates(earlier, sets[ending], minimum, fits=[e[0] for e in done], fit=self.fit):
+                self._refuse("unmasked this statistic or these values with other survivors")
             for entry in entries:
                 # Survivors a fit never learned (it ended before this node
                 # unmasked) are known from now on.

@@ -22,28 +22,28 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
 ``fresh-sum``
     Sum ids strictly increase over the fit: a mask key is never used twice.
 ``one-sum-per-input``
-    A node adds the same statistic over sets of clients whose differences
-    give away no fewer than ``min-sum-participants`` clients. The statistic
+    A node adds one statistic over sets of clients from which the server
+    cannot isolate fewer than ``min-sum-participants`` clients. The statistic
     is keyed twice: by what the step computes from (its name, its constants
-    but the encoding ones it declares, :func:`fixed_point`, and the messages
-    it reads), and by what it reveals, the decoded real values of every
-    array of real values the node adds (:func:`value_keys`: integer fixed
-    point decoded at its declared scale, floats of any width as they are,
-    rounded to a canonical precision), so that the same values asked at
+    but a fixed-point shift it declares, :func:`fixed_point`, and the
+    messages it reads), and by what it reveals, the decoded real values of
+    every array of real values the node adds (:func:`value_keys`: integer
+    fixed point decoded at its declared shift, floats of any width as they
+    are, rounded to a canonical precision), so that the same values asked at
     another shift, scale, dtype or under another step are the same statistic.
     Counts (integers not declared fixed point) are keyed by their step and
-    inputs only. Two sums of one statistic
-    over ``S`` and ``S'`` give the server ``S - S'`` minus ``S' - S``: the
-    node refuses a second sum when ``S - S'`` or ``S' - S`` holds between 1
-    and ``min-sum-participants - 1`` clients (one new member alone is
-    refused, three new together are not, with the default minimum of 3). The
-    participants are compared at the upload, the survivors at the unmasking
-    (a repeat announced with one client dropped is a second sum over other
-    clients). With a privacy ledger (a deployed node's default) the rule
-    holds across fits too: the ledger keeps the keys, participants (by
-    identity) and survivors of every sum the node joined
-    (:mod:`skfedclust.node._ledger`). The rule compares sums two by two; see
-    :func:`isolated_clients` for what it does not cover.
+    inputs only. Two sums of one statistic over ``S`` and ``S'`` give the
+    server the sum over ``S - S'`` minus the one over ``S' - S``; with more
+    sums, a sum over any group of clients that are in exactly the same sums.
+    The node refuses a sum that makes such a group of between 1 and
+    ``min-sum-participants - 1`` clients (:func:`isolated_clients`): one new
+    member alone, or everyone but one, is refused; three new together are
+    not, with the default minimum of 3. The participants are compared at the
+    upload, the survivors at the unmasking (a repeat announced with one
+    client dropped is a second sum over other clients). With a privacy ledger
+    (a deployed node's default) the rule holds across fits too: the ledger
+    keeps the keys, participants (by identity) and survivors of every sum the
+    node joined (:mod:`skfedclust.node._ledger`).
 ``stage``
     Unmasking follows the node's own upload of that sum, once; announcing
     dropouts needs the attestation round first, and the announcement unmasked
@@ -432,49 +432,74 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
     return tuple(participants), mine
 
 
+def _atoms(sets):
+    """The clients of ``sets`` grouped by the sets they are in (the sets' Venn regions)."""
+    membership = {}
+    for k, clients in enumerate(sets):
+        for client in clients:
+            membership.setdefault(client, []).append(k)
+    regions = {}
+    for client, where in membership.items():
+        regions.setdefault(tuple(where), []).append(client)
+    return {frozenset(region) for region in regions.values()}
+
+
 def isolated_clients(earlier, current, minimum):
-    """The clients two sums of one statistic give away, if fewer than ``minimum``; else ``()``.
+    """The clients a new sum of a statistic would let the server isolate, if fewer than
+    ``minimum``; else ``()``.
 
-    The sums over ``earlier`` and ``current`` give the server the sum over
-    ``earlier - current`` minus the sum over ``current - earlier``. Either
-    difference is refused when it holds between 1 and ``minimum - 1``
-    clients: the second sum over everyone but one, or with one new member,
-    gives that one's vector away; a difference of ``minimum`` or more is a sum
-    of as many clients as the node adds in any sum.
+    The server holds the sums of one statistic over the client sets
+    ``earlier`` and would add one over ``current``. A combination of those
+    sums is a sum over the clients it weighs alike, and it weighs alike the
+    clients that are in exactly the same sets (a region of the sets' Venn
+    diagram): every sum the server can compute is over a union of regions.
+    The node refuses the new sum when it makes a region of between 1 and
+    ``minimum - 1`` clients that the earlier sums did not: the sum over
+    everyone but one (or with one new member) after the sum over everyone
+    makes a region of one, the sum over ``A + B`` after those over ``A`` and
+    ``B`` (sharing one client) a region of that one; three new members
+    together make a region of three, a sum of as many clients as the node
+    adds in any sum. Two sums over ``S`` and ``S'`` make the regions
+    ``S - S'``, ``S' - S`` and their intersection; the last is refused too
+    when small (two overlapping samples of a statistic that a third sum over
+    their union would open), which errs on the side of the rows.
 
-    The rule compares two sums at a time, which is exact for two sums (their
-    combinations cover ``earlier``, ``current``, their union and their
-    symmetric difference with opposite signs) and safe for nested sets. Three
-    or more sums of one statistic over sets that pairwise differ by enough
-    clients may still combine into a sum over fewer clients (sums over
-    ``A + B``, ``B + C`` and ``A + C`` give ``A``, ``B`` and ``C``): the
-    node's minimum then holds for each of those pieces only if each holds
-    ``minimum`` clients, which the pairwise rule does not check.
+    Parameters
+    ----------
+    earlier : sequence of collections
+        The client sets of the earlier sums of the statistic.
+    current : collection
+        The clients of the new sum.
+    minimum : int
+        The node's ``min-sum-participants``.
 
     Returns
     -------
     clients : tuple
-        The smaller offending difference, sorted; ``()`` when neither is.
+        The smallest region the new sum makes below ``minimum``, sorted; ``()``
+        when it makes none.
     """
-    earlier, current = set(earlier), set(current)
-    found = [
-        part for part in (earlier - current, current - earlier) if 0 < len(part) < int(minimum)
-    ]
-    return tuple(sorted(min(found, key=len), key=str)) if found else ()
+    earlier = [frozenset(e) for e in earlier]
+    current = frozenset(current)
+    if not earlier or current in earlier:
+        return ()
+    before = _atoms(earlier)
+    small = [a for a in _atoms([*earlier, current]) - before if 0 < len(a) < int(minimum)]
+    return tuple(sorted(min(small, key=len), key=str)) if small else ()
 
 
 def check_statistic(record, statistic, participants, minimum):
     """Refuse a sum of a statistic the node added before over clients that differ too little."""
-    for earlier, _ in record.statistics.get(statistic, ()):
-        isolated = isolated_clients(earlier, participants, minimum)
-        if isolated:
-            raise SumRefusal(
-                "one-sum-per-input",
-                "this node already added this statistic (these inputs, or these values) in "
-                f"this fit over other clients; the two sums would give away the vector of "
-                f"{len(isolated)} client(s) {list(isolated)}, fewer than its "
-                f"min-sum-participants ({minimum})",
-            )
+    earlier = {tuple(e) for e, _ in record.statistics.get(statistic, ())}
+    isolated = isolated_clients(earlier, participants, minimum)
+    if isolated:
+        raise SumRefusal(
+            "one-sum-per-input",
+            "this node already added this statistic (these inputs, or these values) in "
+            f"this fit over other clients; with the earlier sums this one would give away "
+            f"the vector of {len(isolated)} client(s) {list(isolated)}, fewer than its "
+            f"min-sum-participants ({minimum})",
+        )
 
 
 def joined(record, statistic, participants, plaintexts=()):
@@ -501,16 +526,16 @@ def check_repeat_survivors(record, current, survivors, minimum):
     pending = (tuple(current.participants), None)
     for key in (current.statistic, *current.plaintexts):
         entries = list(statistics.get(key, ()))
-        for _, ended in entries:
-            isolated = () if ended is None else isolated_clients(ended, survivors, minimum)
-            if isolated:
-                raise SumRefusal(
-                    "one-sum-per-input",
-                    "a repeat of a statistic this node already added, announced with other "
-                    f"survivors: the two sums would give away the vector of {len(isolated)} "
-                    f"client(s) {list(isolated)}, fewer than its min-sum-participants "
-                    f"({minimum})",
-                )
+        ended = {tuple(e) for _, e in entries if e is not None}
+        isolated = isolated_clients(ended, survivors, minimum)
+        if isolated:
+            raise SumRefusal(
+                "one-sum-per-input",
+                "a repeat of a statistic this node already added, announced with other "
+                f"survivors: with the earlier sums it would give away the vector of "
+                f"{len(isolated)} client(s) {list(isolated)}, fewer than its "
+                f"min-sum-participants ({minimum})",
+            )
         done = (pending[0], survivors)
         if pending in entries:
             entries[entries.index(pending)] = done
