@@ -191,3 +191,18 @@ def test_an_unauthenticated_slot_is_of_one_fit_alone(tmp_path):
     second.join_sum([b"\x02"], second.identities(Unknown, [0, 1, 2]))
     with refused("one-sum-per-input"):
         second.join_sum([b"\x01"], second.identities(Unknown, [0, 1, 2]))
+
+
+def test_a_later_fit_that_would_isolate_a_shared_client_is_refused(tmp_path):
+    # Fit 1 sums over a, b, c and x; fit 2 over x, d, e and f. Each differs from
+    # the other by three, but a third sum over all seven (any later fit) would
+    # give x's vector: the node refuses the second already. The union of both
+    # makes groups of four and three: accepted; the refused set after it is not.
+    first = NodeLedger(tmp_path, "abc", "fit 1")
+    first.join_sum([b"\x01"], ["a", "b", "c", "x"])
+    second = NodeLedger(tmp_path, "abc", "fit 2")
+    with refused("one-sum-per-input"):
+        second.join_sum([b"\x01"], ["x", "d", "e", "f"])
+    second.join_sum([b"\x01"], ["a", "b", "c", "d", "e", "f", "x"])
+    with refused("one-sum-per-input"):
+        NodeLedger(tmp_path, "abc", "fit 3").join_sum([b"\x01"], ["x", "d", "e", "f"])
