@@ -319,3 +319,17 @@ def test_a_flower_node_in_a_kfed_fit_refuses_omnifcs_offset_step(tmp_path, wrapp
         }
     reason = roster._refused(nodes.step(0, nodes.begin(0), step=step, public=public), "agreed")
     assert "refused by rule 'agreed-method'" in reason and OFFSET in reason
+
+
+def test_checking_a_step_imports_no_module_outside_the_package(tmp_path, monkeypatch):
+    # The name comes from the coordinator: the node's method check must not
+    # import what the runtime's allow-list would refuse (its import runs code).
+    import sys
+
+    name = "a_module_the_coordinator_names_for_its_side_effects"
+    (tmp_path / f"{name}.py").write_text("def step(data, inbox, state, party):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(NodeRefusal):
+        NodePolicy(allowed_methods=["KFed"]).check_step(f"{name}:step", method="KFed")
+    NodePolicy().check_step(f"{name}:step", method="KFed")
+    assert name not in sys.modules

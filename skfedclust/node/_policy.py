@@ -200,9 +200,13 @@ def _defining_module(step_name):
 
     A coordinator may name a step through a package that re-exports it
     (``skfedclust.secure:offset_sum_step``); the step belongs to the module
-    that defines it.
+    that defines it. Only the package's own modules are imported to find it:
+    a module outside the package is imported, if at all, by the runtime
+    after its allow-list check, never by a name the coordinator sent.
     """
     module, _, qualname = step_name.partition(":")
+    if not _within(module, ("skfedclust",)):
+        return module
     try:
         obj = importlib.import_module(module)
         for part in qualname.split("."):
