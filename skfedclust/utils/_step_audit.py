@@ -28,16 +28,13 @@ import inspect
 import pkgutil
 import re
 
+from ..node._policy import SHARED_STEP_MODULES
+
 __all__ = ["ClientStep", "audit_table_rst", "client_steps"]
 
-#: Modules whose client steps serve several methods.
-SHARED_MODULES = (
-    "skfedclust.secure",
-    "skfedclust.federation",
-    "skfedclust.methods._centroid_steps",
-    "skfedclust.preprocessing",
-    "skfedclust.metrics",
-)
+#: Modules whose client steps serve several methods: the node's own list, so that
+#: the table shows as shared exactly what a node runs whatever the method.
+SHARED_MODULES = SHARED_STEP_MODULES
 SHARED = "shared"
 
 BOUND_ONLY = "bound-only"
