@@ -173,6 +173,9 @@ def test_three_sums_whose_pairwise_differences_are_large_are_refused_if_they_iso
     assert isolated_clients([first], second, 3) == (4,)
     with_two_shared = [3, 4, 5, 6, 7, 8]
     assert isolated_clients([first], with_two_shared, 3) == (3, 4)
+    # Sums that already leave client 4 in a group of its own (kept before this
+    # rule, or by a node that joined them): their union would open it.
+    assert isolated_clients([[0, 1, 2, 3, 4], [4, 5, 6, 7, 8]], range(9), 3) == (4,)
     # Groups of three: accepted, and so is the union over them (it adds no group);
     # a set that splits a group is not.
     first, second = range(6), range(3, 9)

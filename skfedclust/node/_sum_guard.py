@@ -35,7 +35,7 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
     inputs only. Two sums of one statistic over ``S`` and ``S'`` give the
     server the sum over ``S - S'`` minus the one over ``S' - S``; with more
     sums, a sum over any group of clients that are in exactly the same sums.
-    The node refuses a sum that makes such a group of between 1 and
+    The node refuses a sum with which such a group holds between 1 and
     ``min-sum-participants - 1`` clients (:func:`isolated_clients`): one new
     member alone, or everyone but one, is refused; three new together are
     not, with the default minimum of 3. The participants are compared at the
@@ -290,6 +290,19 @@ def value_keys(values):
     -------
     keys : tuple of bytes
         ``()`` for an empty or all-zero plaintext (it tells nothing of the rows).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedclust.node._sum_guard import decoded_values, value_keys
+    >>> sums = np.array([12.3, -3.7, 0.9])
+    >>> fixed = np.rint(np.ldexp(sums, 40)).astype(np.int64)  # fixed point at 2**-40
+    >>> bool(set(value_keys(sums)) & set(value_keys(decoded_values(fixed, -40))))
+    True
+    >>> bool(set(value_keys(sums)) & set(value_keys(sums.astype(np.float32))))
+    True
+    >>> bool(set(value_keys(sums)) & set(value_keys(sums + 0.01)))
+    False
     """
     values = np.asarray(values, dtype=np.float64).ravel()
     if not values.size or not np.any(values):
@@ -453,16 +466,16 @@ def isolated_clients(earlier, current, minimum):
     sums is a sum over the clients it weighs alike, and it weighs alike the
     clients that are in exactly the same sets (a region of the sets' Venn
     diagram): every sum the server can compute is over a union of regions.
-    The node refuses the new sum when it makes a region of between 1 and
-    ``minimum - 1`` clients that the earlier sums did not: the sum over
-    everyone but one (or with one new member) after the sum over everyone
-    makes a region of one, the sum over ``A + B`` after those over ``A`` and
-    ``B`` (sharing one client) a region of that one; three new members
-    together make a region of three, a sum of as many clients as the node
-    adds in any sum. Two sums over ``S`` and ``S'`` make the regions
-    ``S - S'``, ``S' - S`` and their intersection; the last is refused too
-    when small (two overlapping samples of a statistic that a third sum over
-    their union would open), which errs on the side of the rows.
+    The node refuses the new sum when the sets, with it, have a region of
+    between 1 and ``minimum - 1`` clients: the sum over everyone but one (or
+    with one new member) after the sum over everyone makes a region of one;
+    three new members together make a region of three, a sum of as many
+    clients as the node adds in any sum. Two sums over ``S`` and ``S'`` have
+    the regions ``S - S'``, ``S' - S`` and their intersection; the last is
+    refused too when small, although two sums alone do not open it: a third
+    over their union would (the two minus the union is the shared clients'
+    sum), and refusing the second errs on the side of the rows. The same set
+    again adds nothing and is accepted.
 
     Parameters
     ----------
@@ -476,15 +489,27 @@ def isolated_clients(earlier, current, minimum):
     Returns
     -------
     clients : tuple
-        The smallest region the new sum makes below ``minimum``, sorted; ``()``
-        when it makes none.
+        The smallest region below ``minimum`` with the new sum, sorted; ``()``
+        when there is none.
+
+    Examples
+    --------
+    >>> from skfedclust.node._sum_guard import isolated_clients
+    >>> isolated_clients([range(5)], range(6), 3)  # one new member
+    (5,)
+    >>> isolated_clients([range(5)], range(8), 3)  # three new together
+    ()
+    >>> isolated_clients([[0, 1, 2, 3]], [3, 4, 5, 6], 3)  # 3 is in both
+    (3,)
     """
     earlier = [frozenset(e) for e in earlier]
     current = frozenset(current)
     if not earlier or current in earlier:
         return ()
-    before = _atoms(earlier)
-    small = [a for a in _atoms([*earlier, current]) - before if 0 < len(a) < int(minimum)]
+    # Every region, not only those the new sum splits off: a region of one
+    # that two sums left (their shared client) is opened by a third over their
+    # union, which splits nothing.
+    small = [a for a in _atoms([*earlier, current]) if 0 < len(a) < int(minimum)]
     return tuple(sorted(min(small, key=len), key=str)) if small else ()
 
 
