@@ -573,6 +573,9 @@ class NodePolicy:
         """
         if method is None:
             method = _AGREED_METHOD.get()
+        if method is None and self._modules is None:
+            # No method agreed and every method allowed (a simulation): nothing to check.
+            return
         named = step_name.partition(":")[0]
         modules = (named, _defining_module(step_name))
         if method is not None and any(_within(m, ("skfedclust",)) for m in modules):
