@@ -139,7 +139,7 @@ def test_the_ledger_is_written_before_the_upload_leaves_the_node(tmp_path):
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert len(records) == 6
     assert all(r["version"] == 3 and r["sums"] for r in records)
-    assert all(entry[2] is None for r in records for entry in r["sums"].values())
+    assert all(e[2] is None for r in records for entries in r["sums"].values() for e in entries)
     with refused("one-sum-per-input"):
         Coordinator(_fit(X, rows, policy)).upload(EVERYONE[:-1])
 
@@ -154,7 +154,31 @@ def test_a_ledger_of_version_1_is_read_and_upgraded(tmp_path):
     ledger.join_sum([b"\x01"], ["a", "b", "c"])
     record = json.loads(ledger.path.read_text())
     assert record["version"] == 3 and record["fits"] == ["fit 1"]
-    assert record["sums"] == {"01": ["fit 2", 0, None]}
+    assert record["sums"] == {"01": [["fit 2", 0, None]]}
+
+
+def test_a_ledger_of_version_2_keeps_its_sums(tmp_path):
+    # Version 2 kept one sum per key; version 3 a list of them. A sum of
+    # version 2 still refuses a repeat over everyone but one in a later fit.
+    ledger = NodeLedger(tmp_path, "abc", "fit 2")
+    everyone = ["a", "b", "c", "d"]
+    ledger.path.write_text(
+        json.dumps(
+            {
+                "version": 2,
+                "fits": ["fit 1"],
+                "releases": [],
+                "client_sets": [everyone],
+                "sums": {"01": ["fit 1", 0, 0]},
+            }
+        )
+    )
+    with refused("one-sum-per-input"):
+        ledger.join_sum([b"\x01"], everyone[:-1])
+    ledger.join_sum([b"\x01"], everyone)
+    record = json.loads(ledger.path.read_text())
+    assert record["version"] == 3
+    assert record["sums"]["01"] == [["fit 1", 0, 0], ["fit 2", 0, None]]
 
 
 def test_an_unauthenticated_slot_is_of_one_fit_alone(tmp_path):
@@ -187,3 +211,18 @@ def test_edited_rows_keep_the_nodes_sums_record():
     _column_sums(fit(X), tag="fit 1")
     with refused_upload():
         _column_sums(fit(X + 1e-3), clients=EVERYONE[:-1], tag="fit 2")
+
+
+def test_a_later_fit_that_would_isolate_a_shared_client_is_refused(tmp_path):
+    # Fit 1 sums over a, b, c and x; fit 2 over x, d, e and f. Each differs from
+    # the other by three, but a third sum over all seven (any later fit) would
+    # give x's vector: the node refuses the second already. The union of both
+    # makes groups of four and three: accepted; the refused set after it is not.
+    first = NodeLedger(tmp_path, "abc", "fit 1")
+    first.join_sum([b"\x01"], ["a", "b", "c", "x"])
+    second = NodeLedger(tmp_path, "abc", "fit 2")
+    with refused("one-sum-per-input"):
+        second.join_sum([b"\x01"], ["x", "d", "e", "f"])
+    second.join_sum([b"\x01"], ["a", "b", "c", "d", "e", "f", "x"])
+    with refused("one-sum-per-input"):
+        NodeLedger(tmp_path, "abc", "fit 3").join_sum([b"\x01"], ["x", "d", "e", "f"])

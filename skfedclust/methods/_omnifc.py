@@ -402,6 +402,11 @@ class OmniFCClustering(BaseFederatedClustering):
         "keep_dissimilarity": ["boolean"],
     }
 
+    #: OmniFC's secure steps (the common offset and scale, the coded shares and
+    #: their evaluations) live in ``secure``: they belong to OmniFC, and a node
+    #: runs them only in an OmniFC fit (``NodePolicy.check_step``).
+    _client_step_modules = ("skfedclust.secure._lcc", "skfedclust.secure._lcc_offset")
+
     def __init__(
         self,
         n_clusters=8,

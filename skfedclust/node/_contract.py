@@ -138,13 +138,12 @@ def resolve_client_step(name, allowed_modules=None, role="top"):
     """
     if allowed_modules is None:
         allowed_modules = _ALLOWED_STEP_MODULES.get()
-    serving = _SERVING.get()
-    if serving is not None:
+    policy = _SERVING.get()
+    if policy is not None:
         # A step naming another (a secure sum wrapping the step whose vector it
-        # adds) names one of the method the node agreed to, as the gate checks
-        # for the steps the coordinator names.
-        policy, method = serving
-        policy.check_step(str(name), method=method)
+        # adds) names one of the method the node agreed to (the gate's
+        # agreed_method), as the gate checks for the steps the coordinator names.
+        policy.check_step(str(name))
     module, sep, qualname = str(name).partition(":")
     if not sep or not module or not qualname or "<locals>" in qualname:
         raise NodeRefusal(
@@ -181,14 +180,14 @@ def resolve_client_step(name, allowed_modules=None, role="top"):
     return obj
 
 
-#: The policy and agreed method of the step a node is serving (set by its gate).
+#: The policy of the node serving a step (set by its gate).
 _SERVING = contextvars.ContextVar("skfedclust_serving", default=None)
 
 
 @contextlib.contextmanager
-def serving(policy, method):
-    """Steps named by the step being served are checked against ``policy`` and ``method``."""
-    token = _SERVING.set((policy, method))
+def serving(policy):
+    """Steps named by the step being served are checked against ``policy``."""
+    token = _SERVING.set(policy)
     try:
         yield
     finally:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ._contract import _check_reply, check_role, serving, step_name
 from ._declarations import declared_releases
-from ._policy import charged_to_node
+from ._policy import agreed_method, charged_to_node
 from ._refusal import NodeRefusal
 
 __all__ = ["LOCKED_TO", "admit_step", "call_step", "serve_step"]
@@ -96,7 +96,7 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
     policy = party.policy
     admit_step(step, policy, method)
     _check_lock(step, state)
-    with serving(policy, method):
+    with agreed_method(method), serving(policy):
         reply = run(step, data, inbox, state, party, public)
     reply = _check_reply(reply, step, party.index)
     _check_nothing_sent(step, reply)

@@ -15,14 +15,16 @@ part in, in one file per **node** of that directory:
   on a deployment, at its first step in a simulation;
 * its secure sums' rule ``one-sum-per-input``
   (:mod:`skfedclust.node._sum_guard`) holds across fits: for every sum it
-  joins, the ledger keeps the keys the rule compares (the statistic, and each
-  float array it added), who took part and, from its unmasking, who survived.
-  A later fit that asks it to add a recorded key over other participants, or
-  to unmask one with other survivors, is refused: the sum over everyone in
-  one fit and over everyone but one in the next would give away that one's
-  vector as surely as two sums of one fit. The same participants and
-  survivors (an honest re-fit over the same clients) tell nothing new and
-  are accepted.
+  joins, the ledger keeps the keys the rule compares (the statistic, and the
+  values it added, by what they reveal), who took part and, from its
+  unmasking, who survived. A later fit that asks it to add a recorded key over
+  participants, or to unmask one with survivors, that differ from an earlier
+  fit's by fewer than ``min-sum-participants`` clients (one client left out,
+  one new member) is refused: the sum over everyone in one fit and over
+  everyone but one in the next would give away that one's vector as surely as
+  two sums of one fit. The same participants and survivors (an honest re-fit
+  over the same clients) tell nothing new and are accepted, and so do sets
+  that differ by at least the minimum.
 
 **One budget per node, whatever its rows.** The ledger is keyed by the node:
 on Flower the fingerprint of its identity key, else its name from its node
@@ -65,6 +67,9 @@ may hold other nodes' too: charging them all errs on the side of the data;
 in a simulation, its rows' own) when it is first written, so an upgrade loses
 no charge. They stay in place (another node of the directory adopts them
 too) and the ledger lists them under ``adopted``.
+Version 3 also keeps, per key, every set of clients the key was added over (a
+repeat over a set that differs by ``min-sum-participants`` clients or more is
+accepted); a version-2 entry (one set per key) is read as a list of one.
 """
 
 from __future__ import annotations
@@ -114,6 +119,46 @@ def data_fingerprint(data):
 def ledger_name(node):
     """The file name of ``node``'s ledger (a hash: any identity or name is a safe name)."""
     return "node-" + hashlib.sha256(str(node).encode()).hexdigest()[:40] + ".json"
+
+
+#: How :meth:`NodeLedger.identities` names a slot it cannot authenticate.
+_UNKNOWN = "fit "
+
+
+def _unknown(fit, slot):
+    return f"{_UNKNOWN}{fit}, slot {slot}"
+
+
+def _isolates(earlier, current, minimum, *, fits=None, fit=None):
+    """Whether a sum over ``current`` (identities) gives clients away with the ``earlier`` sets.
+
+    :func:`~skfedclust.node._sum_guard.isolated_clients`, failing closed on
+    slots of unknown identity: any number of them may be the same node, so a
+    set of another fit (``fits[k]`` for ``earlier[k]``, this fit ``fit``) that
+    differs from ``current`` by one is refused however large the difference looks.
+    """
+    from ._sum_guard import isolated_clients
+
+    current = set(current)
+    for k, clients in enumerate(earlier):
+        if fits is not None and fits[k] == fit:
+            continue
+        difference = set(clients) ^ current
+        if any(str(i).startswith(_UNKNOWN) for i in difference):
+            return True
+    return bool(isolated_clients(earlier, current, minimum))
+
+
+def _entries(entry):
+    """A key's sums on record, ``[[fit, participants, survivors or None], ...]``.
+
+    Version 2 kept one sum per key (``[fit, participants, survivors]``).
+    """
+    if not entry:
+        return []
+    if isinstance(entry[0], str):
+        return [entry]
+    return [list(e) for e in entry]
 
 
 def _client_set(sets, identities):
@@ -454,11 +499,11 @@ class NodeLedger:
         """
         known = party.identities or ()
         return [
-            known[c] if c < len(known) and known[c] is not None else f"fit {self.fit}, slot {c}"
+            known[c] if c < len(known) and known[c] is not None else _unknown(self.fit, c)
             for c in map(int, clients)
         ]
 
-    def join_sum(self, keys, participants):
+    def join_sum(self, keys, participants, *, minimum=3):
         """Record a sum over ``participants`` adding ``keys``; refuse a repeat of an earlier fit.
 
         Parameters
@@ -467,55 +512,77 @@ class NodeLedger:
             The keys rule ``one-sum-per-input`` compares (statistic, values).
         participants : sequence of str
             The participants' identities.
+        minimum : int, default=3
+            The node's ``min-sum-participants``.
 
         Raises
         ------
         SumRefusal
-            Rule ``one-sum-per-input``: an earlier fit added one of ``keys``
-            over other participants.
+            Rule ``one-sum-per-input``: with the sums of ``keys`` on record
+            (of any fit), this one would make a group of between 1 and
+            ``minimum - 1`` clients the server could isolate
+            (:func:`~skfedclust.node._sum_guard.isolated_clients`).
         """
         with self.locked():
             record = self._read()
-            sums = record["sums"]
-            mine = _client_set(record["client_sets"], participants)
-            new = {}
+            sums, sets = record["sums"], record["client_sets"]
+            mine = _client_set(sets, participants)
+            changed = False
             for key in map(bytes.hex, keys):
-                entry = sums.get(key)
-                if entry is None:
-                    new[key] = [self.fit, mine, None]
-                elif entry[0] != self.fit and entry[1] != mine:
+                entries = _entries(sums.get(key))
+                # Every fit's sums together: a sum of this fit may open, with
+                # earlier fits' sums, a group of clients that neither did alone.
+                earlier = [sets[e[1]] for e in entries]
+                if _isolates(
+                    earlier, sets[mine], minimum, fits=[e[0] for e in entries], fit=self.fit
+                ):
                     self._refuse("added this statistic or these values over other clients")
-            # A repeat of what is on record adds nothing: only a new key costs a write.
-            if new:
-                sums.update(new)
+                # A repeat of what is on record adds nothing: only a new entry costs a write.
+                if not any(e[0] == self.fit and e[1] == mine for e in entries):
+                    sums[key] = [*entries, [self.fit, mine, None]]
+                    changed = True
+            if changed:
                 self._write(record)
 
-    def unmask_sum(self, keys, survivors):
-        """Record the survivors of a sum adding ``keys``; refuse other survivors than an
-        earlier fit's.
+    def unmask_sum(self, keys, survivors, *, participants=None, minimum=3):
+        """Record the survivors of a sum adding ``keys``; refuse survivors that differ too
+        little from an earlier fit's.
+
+        ``participants`` (identities) names the sum this fit joined; ``None``
+        takes this fit's entry of each key without survivors.
 
         Raises
         ------
         SumRefusal
-            Rule ``one-sum-per-input``: an earlier fit unmasked one of ``keys``
-            with other survivors.
+            Rule ``one-sum-per-input``: with the survivors of the sums of
+            ``keys`` on record, these would make a group of between 1 and
+            ``minimum - 1`` clients the server could isolate.
         """
         with self.locked():
             record = self._read()
             sets, sums = record["client_sets"], record["sums"]
             ending = _client_set(sets, survivors)
+            joined = None if participants is None else _client_set(sets, participants)
             changed = False
             for key in map(bytes.hex, keys):
-                entry = sums.get(key)
-                if entry is None:
-                    continue
-                if entry[2] is None:
+                entries = _entries(sums.get(key))
+                done = [e for e in entries if e[2] is not None]
+                earlier = [sets[e[2]] for e in done]
+                if _isolates(
+                    earlier, sets[ending], minimum, fits=[e[0] for e in done], fit=self.fit
+                ):
+                    self._refuse("unmasked this statistic or these values with other survivors")
+                for entry in entries:
                     # Survivors a fit never learned (it ended before this node
                     # unmasked) are known from now on.
-                    entry[2] = ending
+                    if entry[2] is None and (joined is None or entry[1] == joined):
+                        entry[2] = ending
+                        changed = True
+                if joined is not None and [self.fit, joined, ending] not in entries:
+                    entries.append([self.fit, joined, ending])
                     changed = True
-                elif entry[0] != self.fit and entry[2] != ending:
-                    self._refuse("unmasked this statistic or these values with other survivors")
+                if entries:
+                    sums[key] = entries
             if changed:
                 self._write(record)
 

@@ -137,6 +137,9 @@ as a :class:`~skfedclust.flower.FlowerNodeError` naming the node.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import importlib
 import os
 import weakref
 from pathlib import Path
@@ -155,6 +158,7 @@ __all__ = [
     "PAID_SUMMAND",
     "PRIVATE_ROWS",
     "NodePolicy",
+    "agreed_method",
     "charged_to_node",
     "on_private_rows",
     "default_ledger_directory",
@@ -215,18 +219,68 @@ def charged_to_node(reply, step=None, state=None):
 
 
 #: Modules whose client steps serve several methods (labelling by nearest
-#: center, federated scalers, secret sharing): allowed whatever the method.
+#: center, federated scalers, the secure sum and its bounds, moments and
+#: sampling): allowed whatever the method. The secure steps of one method
+#: (OmniFC's offset, coded shares and evaluations, in ``secure._lcc*``) are
+#: not listed: they belong to that method (its ``_client_step_modules``) and
+#: run only in its fits. A new module of :mod:`skfedclust.secure` is
+#: therefore no method's until it is listed here or claimed by a method.
 SHARED_STEP_MODULES = (
     "skfedclust.methods._centroid_steps",
     "skfedclust.preprocessing",
     "skfedclust.metrics",
-    "skfedclust.secure",
+    "skfedclust.secure._secure_sum",
+    "skfedclust.secure._sum_bounds",
+    "skfedclust.secure._moments",
+    "skfedclust.secure._sampling",
     "skfedclust.federation",
 )
+
+#: The method this node agreed to at the fit's handshake, while it runs a step
+#: (``None``: none announced, as in a simulation).
+_AGREED_METHOD = contextvars.ContextVar("skfedclust_agreed_method", default=None)
+
+
+@contextlib.contextmanager
+def agreed_method(method):
+    """Run a node's step under the method it agreed to at the handshake.
+
+    A step that runs another step by name (a secure sum, the summand whose
+    vector it adds) has the node check that one too
+    (:meth:`NodePolicy.check_step` without ``method`` reads it from here):
+    a coordinator that announced a k-FED fit cannot reach OmniFC's offset
+    step by wrapping it in a secure sum.
+    """
+    token = _AGREED_METHOD.set(method or None)
+    try:
+        yield
+    finally:
+        _AGREED_METHOD.reset(token)
 
 
 def _within(module, modules):
     return any(module == m or module.startswith(m + ".") for m in modules)
+
+
+def _defining_module(step_name):
+    """The module a step named ``module:qualname`` is defined in (the name's, if not found).
+
+    A coordinator may name a step through a package that re-exports it
+    (``skfedclust.secure:offset_sum_step``); the step belongs to the module
+    that defines it. Only the package's own modules are imported to find it:
+    a module outside the package is imported, if at all, by the runtime
+    after its allow-list check, never by a name the coordinator sent.
+    """
+    module, _, qualname = step_name.partition(":")
+    if not _within(module, ("skfedclust",)):
+        return module
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError):
+        return module
+    return getattr(obj, "__module__", None) or module
 
 
 def method_step_modules(method):
@@ -550,16 +604,25 @@ class NodePolicy:
 
         Two rules: the step belongs to a method the policy allows (or to a
         shared module), and, when ``method`` (the method this node agreed to
-        at the handshake) is given, a step of the package belongs to that
-        method (:func:`method_step_modules`): a coordinator that announced a
-        k-FED fit cannot have the node run FFCM's seeding step, which uploads
-        rows. Steps of modules outside the package run only where the node's
+        at the handshake; by default the one of :func:`agreed_method`'s
+        context) is given, a step of the package belongs to that method
+        (:func:`method_step_modules`): a coordinator that announced a k-FED
+        fit cannot have the node run FFCM's seeding step, which uploads rows,
+        nor OmniFC's offset step, which sends exact column sums. A step
+        belongs to the module that defines it, whatever module its name goes
+        through. Steps of modules outside the package run only where the node's
         operator allowed their package, and are the operator's choice.
         """
-        module = step_name.partition(":")[0]
-        if method is not None and _within(module, ("skfedclust",)):
+        if method is None:
+            method = _AGREED_METHOD.get()
+        if method is None and self._modules is None:
+            # No method agreed and every method allowed (a simulation): nothing to check.
+            return
+        named = step_name.partition(":")[0]
+        modules = (named, _defining_module(step_name))
+        if method is not None and any(_within(m, ("skfedclust",)) for m in modules):
             agreed = method_step_modules(method)
-            if not _within(module, agreed):
+            if not all(_within(m, agreed) for m in modules):
                 raise NodeRefusal(
                     "agreed-method",
                     f"this node agreed to a fit of {method}; step {step_name} belongs to "
@@ -567,7 +630,7 @@ class NodePolicy:
                 )
         if self._modules is None:
             return
-        if module in self._modules or _within(module, SHARED_STEP_MODULES):
+        if all(m in self._modules or _within(m, SHARED_STEP_MODULES) for m in modules):
             return
         raise NodeRefusal(
             "allowed-methods",

@@ -73,8 +73,10 @@ RULES = {
     ),
     "fresh-sum": ("a secure sum id used before in the fit (a mask key used twice)", ""),
     "one-sum-per-input": (
-        "the same statistic (keyed by its decoded values) summed over another set of clients",
-        "privacy-ledger",
+        "the same statistic (keyed by its inputs and by its decoded values, whatever their "
+        "shift, scale or dtype) summed over clients that would let the server isolate fewer "
+        "than the minimum",
+        "min-sum-participants, privacy-ledger",
     ),
     "stage": ("a secure sum's stages out of order (unmask before upload, twice)", ""),
     "consistent-view": (

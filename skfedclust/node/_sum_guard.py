@@ -22,16 +22,28 @@ The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
 ``fresh-sum``
     Sum ids strictly increase over the fit: a mask key is never used twice.
 ``one-sum-per-input``
-    A node adds the same statistic (step, public inputs, server messages it
-    reads), and the same float array whatever the step, over one set of
-    clients per fit: the sum over everyone and the sum over everyone but one
-    would give away that one's vector. A repeat (a
-    fixed point of an iteration sends the same centers again) must have the
-    same participants and end with the same survivors, so it tells nothing new.
-    With a privacy ledger (a deployed node's default) the rule holds across
-    fits too: the ledger keeps the keys, participants (by identity) and
-    survivors of every sum the node joined
-    (:mod:`skfedclust.federation._node_ledger`).
+    A node adds one statistic over sets of clients from which the server
+    cannot isolate fewer than ``min-sum-participants`` clients. The statistic
+    is keyed twice: by what the step computes from (its name, its constants
+    but a fixed-point shift it declares, :func:`fixed_point`, and the
+    messages it reads), and by what it reveals, the decoded real values of
+    every array of real values the node adds (:func:`value_keys`: integer
+    fixed point decoded at its declared shift, floats of any width as they
+    are, rounded to a canonical precision), so that the same values asked at
+    another shift, scale, dtype or under another step are the same statistic.
+    Counts (integers not declared fixed point) are keyed by their step and
+    inputs only. Two sums of one statistic over ``S`` and ``S'`` give the
+    server the sum over ``S - S'`` minus the one over ``S' - S``; with more
+    sums, a sum over any group of clients that are in exactly the same sums.
+    The node refuses a sum with which such a group holds between 1 and
+    ``min-sum-participants - 1`` clients (:func:`isolated_clients`): one new
+    member alone, or everyone but one, is refused; three new together are
+    not, with the default minimum of 3. The participants are compared at the
+    upload, the survivors at the unmasking (a repeat announced with one
+    client dropped is a second sum over other clients). With a privacy ledger
+    (a deployed node's default) the rule holds across fits too: the ledger
+    keeps the keys, participants (by identity) and survivors of every sum the
+    node joined (:mod:`skfedclust.node._ledger`).
 ``stage``
     Unmasking follows the node's own upload of that sum, once; announcing
     dropouts needs the attestation round first, and the announcement unmasked
@@ -50,13 +62,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import numbers
 
 import numpy as np
 
 from ._refusal import NodeRefusal
 
-__all__ = ["OpenSum", "SumRecord", "SumRefusal", "harary_neighbours_of", "public_digest"]
+__all__ = [
+    "CANONICAL_BITS",
+    "OpenSum",
+    "SumRecord",
+    "SumRefusal",
+    "fixed_point",
+    "harary_neighbours_of",
+    "isolated_clients",
+    "keyed_by_inputs",
+    "public_digest",
+    "value_keys",
+]
 
 #: Where a node keeps its record in its private state.
 RECORD = "secure sum: record"
@@ -89,7 +113,7 @@ class OpenSum:
     dropped: tuple = ()
     statistic: bytes = b""
     min_survivors: int = 0
-    #: Digests of the float arrays the node added (one-sum-per-input on values).
+    #: Keys of the values the node added (:func:`value_keys`; one-sum-per-input on values).
     plaintexts: tuple = ()
     #: The graph's degree and roster size, with ``graph_seed`` its public parameters:
     #: a node derives a neighbour's neighbours from them (whose pair keys it holds
@@ -114,7 +138,8 @@ class SumRecord:
 
     last_id: int = -1
     open: OpenSum | None = None
-    #: {statistic digest: (participants, survivors or None)} of every sum joined.
+    #: {key: ((participants, survivors or None), ...)} of every sum joined: one
+    #: entry per set of clients a statistic (or a value) was added over.
     statistics: dict = dataclasses.field(default_factory=dict)
     inputs: bytes = b""
 
@@ -173,6 +198,124 @@ def public_digest(*objects):
     for obj in objects:
         _feed(h, obj)
     return h.digest()
+
+
+# --------------------------------------------------------------------------- #
+# What a summed value reveals
+# --------------------------------------------------------------------------- #
+#: Binary orders of a plaintext's canonical form below its largest entry: the
+#: precision at which two encodings of one statistic are the same values.
+CANONICAL_BITS = 16
+#: Grids of that precision, offset from each other by a fraction of a cell.
+_GRIDS = 3
+
+
+def fixed_point(shift):
+    """Declare a summand whose integers are real values in fixed point at a public scale.
+
+    The step sends ``rint(x * 2**-public[shift])`` (integers, summed exactly);
+    ``public[shift]`` is how finely the values are encoded, not what they are.
+    The node's secure sum decodes the integers (``ldexp(v, public[shift])``)
+    before it keys them (:func:`value_keys`), and leaves ``shift`` out of the
+    statistic's key: the same column sums asked at another shift are the same
+    statistic (rule ``one-sum-per-input``).
+
+    Parameters
+    ----------
+    shift : str
+        The public constant of the step that holds the binary exponent.
+    """
+
+    def mark(step):
+        step.__skfedclust_fixed_point__ = str(shift)
+        return step
+
+    return mark
+
+
+def keyed_by_inputs(reason):
+    """Declare a summand whose values are keyed by its inputs only, not by :func:`value_keys`.
+
+    For one-hot histograms of a binary order (a bound agreement): every
+    client sends the same few one-hots for unrelated quantities, so keying
+    them by value would refuse honest sums; what they reveal is counted by
+    their own rule (``bound-queries``). ``reason`` says why, in the node's code.
+    """
+
+    def mark(step):
+        step.__skfedclust_keyed_by_inputs__ = str(reason)
+        return step
+
+    return mark
+
+
+def decoded_values(array, shift=None):
+    """The real values an array a node adds stands for, as float64.
+
+    Integers declared as fixed point (:func:`fixed_point`) are decoded at
+    their shift; other integers and booleans are counts, their own values;
+    floats of any width are their values.
+    """
+    array = np.asarray(array)
+    if array.dtype.kind in "iu" and shift is not None:
+        shift = np.asarray(shift, dtype=np.int64)
+        return np.ldexp(array.astype(np.float64), np.broadcast_to(shift, array.shape))
+    return array.astype(np.float64)
+
+
+def value_keys(values):
+    """The keys by which rule ``one-sum-per-input`` knows a plaintext: what it reveals.
+
+    ``values`` are the decoded real values (:func:`decoded_values`), keyed
+    whatever their shape, at a canonical precision: each entry on a grid of
+    ``2**(E - CANONICAL_BITS)``, ``E`` the binary order of the largest
+    ``|value|``, so that two encodings of one statistic (another fixed-point
+    shift, float32 for float64, a count as a float) round to the same cells.
+    Values near a cell's edge may round apart: the plaintext gets one key on
+    each of :data:`_GRIDS` grids offset by a third of a cell from each other,
+    and two plaintexts match when any key does. Two encodings then get no
+    common key only if entries straddle an edge on every grid, each at
+    another entry: with rounding errors ``r`` relative to the largest entry,
+    a chance of about ``(n 2**CANONICAL_BITS r)**3`` for ``n`` entries,
+    ``1e-26`` for the 52-bit fixed point of the column sums of 20 features,
+    and about ``5e-4`` for their float32 copy.
+
+    Differences below the canonical precision are the same statistic to the
+    node, and larger ones another: a coordinator that asks for the values
+    moved by more (column sums minus a public multiple of the row count, the
+    vector inside a larger one, permuted) gets another key, and the
+    statistic's key (its step and inputs) is what stands in its way.
+
+    Returns
+    -------
+    keys : tuple of bytes
+        ``()`` for an empty or all-zero plaintext (it tells nothing of the rows).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedclust.node._sum_guard import decoded_values, value_keys
+    >>> sums = np.array([12.3, -3.7, 0.9])
+    >>> fixed = np.rint(np.ldexp(sums, 40)).astype(np.int64)  # fixed point at 2**-40
+    >>> bool(set(value_keys(sums)) & set(value_keys(decoded_values(fixed, -40))))
+    True
+    >>> bool(set(value_keys(sums)) & set(value_keys(sums.astype(np.float32))))
+    True
+    >>> bool(set(value_keys(sums)) & set(value_keys(sums + 0.01)))
+    False
+    """
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if not values.size or not np.any(values):
+        return ()
+    if not np.all(np.isfinite(values)):
+        # The encoding refuses it; keyed as it is meanwhile.
+        return (public_digest(b"plaintext", values),)
+    order = math.frexp(float(np.max(np.abs(values))))[1]
+    scaled = np.ldexp(values, CANONICAL_BITS - order)  # exact: a power of two
+    return tuple(
+        public_digest(b"plaintext value", order, k, np.floor(scaled + k / _GRIDS).astype(np.int64))
+        for k in range(_GRIDS)
+    )
 
 
 def server_messages(inbox, own_tags):
@@ -302,37 +445,128 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
     return tuple(participants), mine
 
 
-def check_statistic(record, statistic, participants):
-    seen = record.statistics.get(statistic)
-    if seen is not None and tuple(seen[0]) != tuple(participants):
+def _atoms(sets):
+    """The clients of ``sets`` grouped by the sets they are in (the sets' Venn regions)."""
+    membership = {}
+    for k, clients in enumerate(sets):
+        for client in clients:
+            membership.setdefault(client, []).append(k)
+    regions = {}
+    for client, where in membership.items():
+        regions.setdefault(tuple(where), []).append(client)
+    return {frozenset(region) for region in regions.values()}
+
+
+def isolated_clients(earlier, current, minimum):
+    """The clients a new sum of a statistic would let the server isolate, if fewer than
+    ``minimum``; else ``()``.
+
+    The server holds the sums of one statistic over the client sets
+    ``earlier`` and would add one over ``current``. A combination of those
+    sums is a sum over the clients it weighs alike, and it weighs alike the
+    clients that are in exactly the same sets (a region of the sets' Venn
+    diagram): every sum the server can compute is over a union of regions.
+    The node refuses the new sum when the sets, with it, have a region of
+    between 1 and ``minimum - 1`` clients: the sum over everyone but one (or
+    with one new member) after the sum over everyone makes a region of one;
+    three new members together make a region of three, a sum of as many
+    clients as the node adds in any sum. Two sums over ``S`` and ``S'`` have
+    the regions ``S - S'``, ``S' - S`` and their intersection; the last is
+    refused too when small, although two sums alone do not open it: a third
+    over their union would (the two minus the union is the shared clients'
+    sum), and refusing the second errs on the side of the rows. The same set
+    again adds nothing and is accepted.
+
+    Parameters
+    ----------
+    earlier : sequence of collections
+        The client sets of the earlier sums of the statistic.
+    current : collection
+        The clients of the new sum.
+    minimum : int
+        The node's ``min-sum-participants``.
+
+    Returns
+    -------
+    clients : tuple
+        The smallest region below ``minimum`` with the new sum, sorted; ``()``
+        when there is none.
+
+    Examples
+    --------
+    >>> from skfedclust.node._sum_guard import isolated_clients
+    >>> isolated_clients([range(5)], range(6), 3)  # one new member
+    (5,)
+    >>> isolated_clients([range(5)], range(8), 3)  # three new together
+    ()
+    >>> isolated_clients([[0, 1, 2, 3]], [3, 4, 5, 6], 3)  # 3 is in both
+    (3,)
+    """
+    earlier = [frozenset(e) for e in earlier]
+    current = frozenset(current)
+    if not earlier or current in earlier:
+        return ()
+    # Every region, not only those the new sum splits off: a region of one
+    # that two sums left (their shared client) is opened by a third over their
+    # union, which splits nothing.
+    small = [a for a in _atoms([*earlier, current]) if 0 < len(a) < int(minimum)]
+    return tuple(sorted(min(small, key=len), key=str)) if small else ()
+
+
+def check_statistic(record, statistic, participants, minimum):
+    """Refuse a sum of a statistic the node added before over clients that differ too little."""
+    earlier = {tuple(e) for e, _ in record.statistics.get(statistic, ())}
+    isolated = isolated_clients(earlier, participants, minimum)
+    if isolated:
         raise SumRefusal(
             "one-sum-per-input",
-            "this node already added this statistic with these public inputs in this fit, "
-            "over other clients; a second sum over other clients would give away the "
-            "difference",
+            "this node already added this statistic (these inputs, or these values) in "
+            f"this fit over other clients; with the earlier sums this one would give away "
+            f"the vector of {len(isolated)} client(s) {list(isolated)}, fewer than its "
+            f"min-sum-participants ({minimum})",
         )
 
 
 def joined(record, statistic, participants, plaintexts=()):
     """The record's statistics with one more sum joined (survivors known at unmasking)."""
     statistics = dict(record.statistics)
+    participants = tuple(participants)
     for key in (statistic, *plaintexts):
-        statistics.setdefault(key, (tuple(participants), None))
+        entries = statistics.get(key, ())
+        if (participants, None) not in entries:
+            statistics[key] = (*entries, (participants, None))
     return statistics
 
 
-def check_repeat_survivors(record, current, survivors):
-    """A repeated statistic ends with the survivors of its first sum; the updated record."""
+def check_repeat_survivors(record, current, survivors, minimum):
+    """A sum's survivors against every earlier sum of its statistic; the updated record.
+
+    The survivors are the clients whose vectors the sum reveals: they are
+    compared with the survivors of each earlier sum of the same statistic
+    (or value) by :func:`isolated_clients`. The entry this sum opened at its
+    upload (its participants, survivors unknown) takes the survivors.
+    """
     statistics = dict(record.statistics)
+    survivors = tuple(survivors)
+    pending = (tuple(current.participants), None)
     for key in (current.statistic, *current.plaintexts):
-        participants, first = statistics.get(key, (current.participants, None))
-        if first is not None and tuple(first) != tuple(survivors):
+        entries = list(statistics.get(key, ()))
+        ended = {tuple(e) for _, e in entries if e is not None}
+        isolated = isolated_clients(ended, survivors, minimum)
+        if isolated:
             raise SumRefusal(
                 "one-sum-per-input",
                 "a repeat of a statistic this node already added, announced with other "
-                "survivors: the two sums would give away the difference",
+                f"survivors: with the earlier sums it would give away the vector of "
+                f"{len(isolated)} client(s) {list(isolated)}, fewer than its "
+                f"min-sum-participants ({minimum})",
             )
-        statistics[key] = (participants, tuple(survivors))
+        done = (pending[0], survivors)
+        if pending in entries:
+            entries[entries.index(pending)] = done
+        if done not in entries:
+            entries.append(done)
+        statistics[key] = tuple(entries)
     return statistics
 
 

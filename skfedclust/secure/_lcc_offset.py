@@ -19,6 +19,7 @@ import numpy as np
 
 from ..federation import Reply, summand
 from ..node._declarations import summary
+from ..node._sum_guard import fixed_point
 from ._lcc_coding import _check_bound, _data_bounds, resolve_precision
 from ._moments import SumChannel
 
@@ -96,9 +97,16 @@ def offset_bound_step(data, inbox, state, party):
     return Reply(send=np.float64(_data_bounds([data])[0]))
 
 
+@fixed_point("shift")
 @summand
 def offset_sum_step(data, inbox, state, party, *, shift):
-    """Client step: the exact fixed-point column sums of its rows (int64), for a secure sum."""
+    """Client step: the exact fixed-point column sums of its rows (int64), for a secure sum.
+
+    Declared fixed point at ``2**shift``: the node keys the sum by the column
+    sums it reveals, not by ``shift``, so that the same sums asked at another
+    shift (another precision of the same values) are the same statistic (rule
+    ``one-sum-per-input``).
+    """
     return Reply(send=fixed_point_column_sums(data, shift))
 
 

@@ -80,6 +80,7 @@ from ..node._sum_guard import (
     check_repeat_survivors,
     check_statistic,
     check_upload,
+    decoded_values,
     harary_neighbours_of,
     joined,
     open_sum_of,
@@ -87,6 +88,7 @@ from ..node._sum_guard import (
     record_of,
     server_messages,
     threshold_floor,
+    value_keys,
 )
 from ._sampling import SAMPLED_PARTICIPANTS
 
@@ -521,11 +523,17 @@ def secure_sum_upload_step(
     # make it look new). Never the fixed-point bounds: other bounds encode the
     # same values, and a second sum over other clients under other bounds
     # would give away the difference. The key stays on the node.
+    # A declared fixed-point shift is left out too: it sets how finely the
+    # values are encoded, not which values (the same column sums at another
+    # shift are the same statistic).
+    encoding = getattr(summand, "__skfedclust_fixed_point__", None)
+    keyed_public = {k: v for k, v in inner_public.items() if k != encoding}
+    minimum = party.policy.min_sum_participants
     if messages:
-        statistic = public_statistic
+        statistic = public_digest(inner, keyed_public, inputs)
     else:
-        statistic = public_digest(inner, inner_public, kept.digest())
-    check_statistic(record, statistic, participants)
+        statistic = public_digest(inner, keyed_public, kept.digest())
+    check_statistic(record, statistic, participants, minimum)
     seeds = _pairwise_seeds(inbox, state, graph["seed"])
     missing = [j for j in mine if j not in seeds]
     if missing:
@@ -540,13 +548,14 @@ def secure_sum_upload_step(
     # The masked upload is this summand's: paid for exactly when the summand is.
     keep[PAID_SUMMAND] = paid
     arrays, spec = _structure(reply.send)
-    # one-sum-per-input on the values too: a float array this node already
-    # added in a sum over other clients, sent again under another step or
-    # other constants (column sums as raw moments, then as moments around a
-    # zero mean), would give the server the difference of the two sums.
-    plaintexts = _plaintext_keys(arrays)
+    # one-sum-per-input on the values too, by what they reveal: an array this
+    # node already added in a sum over other clients, sent again under another
+    # step or other constants (column sums as raw moments, then as moments
+    # around a zero mean), at another fixed-point shift or in another dtype,
+    # would give the server the difference of the two sums.
+    plaintexts = _plaintext_keys(summand, arrays, inner_public)
     for key in plaintexts:
-        check_statistic(record, key, participants)
+        check_statistic(record, key, participants, minimum)
     if shifts is None:
         shifts = [0] * len(arrays)
     vector = _encode(arrays, spec, shifts, n_clients, f"client {me}")
@@ -558,7 +567,9 @@ def secure_sum_upload_step(
         # Across fits, before the masked upload leaves the node: the record
         # is on disk even if the fit ends before this sum is unmasked.
         ledger = party.ledger
-        ledger.join_sum((statistic, *plaintexts), ledger.identities(party, participants))
+        ledger.join_sum(
+            (statistic, *plaintexts), ledger.identities(party, participants), minimum=minimum
+        )
     keep[RECORD] = record.replace(
         last_id=int(sum_id),
         open=OpenSum(
@@ -592,6 +603,9 @@ def _run_summand(inner, inner_public, data, inbox, state, party, participants):
     """
     from ..federation._runtime import resolve_client_step
 
+    # The summand is a step the node runs: it belongs to the agreed method
+    # (or a shared module) as any step does, whatever step wraps it.
+    party.policy.check_step(str(inner))
     summand = resolve_client_step(inner, role="summand")
     messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
     reading = _ReadingInbox(inbox)
@@ -646,13 +660,34 @@ def _shares_for_neighbours(self_seed, pair_keys, sum_id, threshold, party):
     return {j: rows[k].copy() for k, j in enumerate(mine)}
 
 
-def _plaintext_keys(arrays):
-    """Digests of the float arrays a node adds (all-zero ones carry nothing of its rows)."""
-    return tuple(
-        public_digest(b"plaintext", np.asarray(a))
-        for a in arrays
-        if np.asarray(a).dtype.kind == "f" and np.any(a)
-    )
+def _plaintext_keys(step, arrays, public):
+    """The keys of what the arrays a node adds reveal (``_sum_guard.value_keys``).
+
+    Real values are keyed by what they are, whatever their dtype: floats of
+    any width as they are, integers the step declares as fixed point
+    (:func:`~skfedclust.node._sum_guard.fixed_point`) decoded at their public
+    shift, so the same values in float64, float32 or fixed point at any shift
+    get the same keys. Other integers and booleans are counts (rows per
+    cluster, a row count): keyed by their step and inputs only, since the same
+    small counts recur across unrelated sums and iterations (a cluster keeps
+    its count while its center moves), and keying them by value would refuse
+    honest protocols (client sampling). All-zero arrays carry nothing of the
+    rows and get no key; a step declared
+    :func:`~skfedclust.node._sum_guard.keyed_by_inputs` is keyed by its inputs alone.
+    """
+    if getattr(step, "__skfedclust_keyed_by_inputs__", None) is not None:
+        return ()
+    encoding = getattr(step, "__skfedclust_fixed_point__", None)
+    shift = None if encoding is None else public.get(encoding)
+    keys = []
+    for array in arrays:
+        kind = np.asarray(array).dtype.kind
+        if kind != "f" and (kind not in "iu" or encoding is None):
+            continue
+        for key in value_keys(decoded_values(array, shift)):
+            if key not in keys:
+                keys.append(key)
+    return tuple(keys)
 
 
 def _per_client_tags(step, public):
@@ -804,11 +839,14 @@ def secure_sum_unmask_step(data, inbox, state, party):
                 )
             key = _pair_key_int(seeds[j], current.sum_id, current.key_digest)
             pair_keys.append([j, *_split_words([key])])
-    statistics = check_repeat_survivors(record, current, sorted(survivors))
+    statistics = check_repeat_survivors(record, current, sorted(survivors), minimum)
     if party.ledger is not None:
         ledger = party.ledger
         ledger.unmask_sum(
-            (current.statistic, *current.plaintexts), ledger.identities(party, survivors)
+            (current.statistic, *current.plaintexts),
+            ledger.identities(party, sorted(survivors)),
+            participants=ledger.identities(party, current.participants),
+            minimum=minimum,
         )
     return Reply(
         send=(

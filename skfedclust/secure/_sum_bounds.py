@@ -25,7 +25,7 @@ import numpy as np
 from ..federation import Reply
 from ..node._declarations import on_private_rows, sum_only
 from ..node._policy import PRIVATE_ROWS
-from ..node._sum_guard import SumRefusal, public_digest
+from ..node._sum_guard import SumRefusal, keyed_by_inputs, public_digest
 
 __all__ = ["agree_bound", "agree_column_bounds"]
 
@@ -36,6 +36,14 @@ __all__ = ["agree_bound", "agree_column_bounds"]
 _MIN_EXPONENT, _MAX_EXPONENT = -1075, 1025
 
 
+#: Why a bound agreement's histograms are keyed by their inputs alone.
+_ONE_HOT = (
+    "a one-hot of a binary order, the same few vectors for unrelated quantities; what the "
+    "agreements reveal is counted by rule bound-queries"
+)
+
+
+@keyed_by_inputs(_ONE_HOT)
 @on_private_rows
 @sum_only
 def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, coarseness=1):
@@ -47,6 +55,8 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     """
     from ..federation._runtime import resolve_client_step
 
+    # The bounded step is a step the node runs: it belongs to the agreed method.
+    party.policy.check_step(str(inner))
     step = resolve_client_step(inner, role="bound")
     _refuse_on_a_budget(step, state, party, inner)
     reply = step(data, inbox, state, party, **inner_public)
@@ -178,6 +188,7 @@ def agree_bound(aggregator, step, *, tag, clients=None, coarseness=1, **public):
     return math.ldexp(1.0, min(top, 1024 - 1)) * (2.0 if top >= 1024 else 1.0)
 
 
+@keyed_by_inputs(_ONE_HOT)
 @on_private_rows
 @sum_only
 def column_exponent_histogram_step(
@@ -190,6 +201,8 @@ def column_exponent_histogram_step(
     """
     from ..federation._runtime import resolve_client_step
 
+    # The bounded step is a step the node runs: it belongs to the agreed method.
+    party.policy.check_step(str(inner))
     step = resolve_client_step(inner, role="bound")
     _refuse_on_a_budget(step, state, party, inner)
     reply = step(data, inbox, state, party, **inner_public)

@@ -30,6 +30,7 @@ import pkgutil
 import re
 
 from ..node._declarations import RELEASE_KINDS, declared_releases
+from ..node._policy import SHARED_STEP_MODULES
 
 __all__ = [
     "ClientStep",
@@ -40,14 +41,9 @@ __all__ = [
     "rules_table_rst",
 ]
 
-#: Modules whose client steps serve several methods.
-SHARED_MODULES = (
-    "skfedclust.secure",
-    "skfedclust.federation",
-    "skfedclust.methods._centroid_steps",
-    "skfedclust.preprocessing",
-    "skfedclust.metrics",
-)
+#: Modules whose client steps serve several methods: the node's own list, so that
+#: the table shows as shared exactly what a node runs whatever the method.
+SHARED_MODULES = SHARED_STEP_MODULES
 SHARED = "shared"
 
 BOUND_ONLY = "bound-only"
