@@ -21,6 +21,8 @@ In order, a node:
 
 from __future__ import annotations
 
+import contextlib
+
 from ._contract import _check_reply, check_role, serving, step_name
 from ._declarations import declared_releases
 from ._policy import agreed_method, charged_to_node
@@ -96,7 +98,9 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
     policy = party.policy
     admit_step(step, policy, method)
     _check_lock(step, state)
-    with agreed_method(method), serving(policy):
+    # A runtime that names no method leaves the agreement of its caller in force.
+    agreement = agreed_method(method) if method is not None else contextlib.nullcontext()
+    with agreement, serving(policy):
         reply = run(step, data, inbox, state, party, public)
     reply = _check_reply(reply, step, party.index)
     _check_nothing_sent(step, reply)
