@@ -14,7 +14,8 @@ import pytest
 
 from skfedclust.federation import Federation, Party, Reply, summand
 from skfedclust.federation._runtime import client_step_name
-from skfedclust.node._sum_guard import SumRefusal, harary_neighbours_of
+from skfedclust.node._refusal import NodeRefusal
+from skfedclust.node._sum_guard import harary_neighbours_of
 from skfedclust.secure import SecureAggregator
 from skfedclust.secure._moments import moments_deviations, moments_rows
 from skfedclust.secure._secure_sum import (
@@ -111,7 +112,8 @@ class Coordinator:
 
 
 def refused(rule):
-    return pytest.raises(SumRefusal, match=f"refused by rule '{rule}'")
+    # Any refusal of the node (a SumRefusal is one), by its rule.
+    return pytest.raises(NodeRefusal, match=f"refused by rule '{rule}'")
 
 
 # --------------------------------------------------------------------------- #
