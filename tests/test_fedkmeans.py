@@ -648,6 +648,52 @@ def test_farthest_row_relocation_equals_kmeans_from_the_same_start():
     assert fk.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
 
 
+# scikit-learn's test_relocating_with_duplicates (sklearn/cluster/tests/test_k_means.py),
+# KMeans swapped for FederatedKMeans with scikit-learn's relocation; the rows come
+# pooled, one row a client, and split unevenly over three clients.
+@pytest.mark.parametrize(
+    "split",
+    [lambda X: X, lambda X: list(X[:, None, :]), lambda X: [X[:2], X[2:3], X[3:]]],
+    ids=["pooled", "one-row-clients", "three-clients"],
+)
+def test_relocating_with_duplicates(split):
+    """Check that federated k-means stops when there are more centers than distinct rows.
+
+    Non-regression test for scikit-learn's issue 28055, which the scikit-learn
+    rule for empty clusters inherits.
+    """
+    X = np.array([[0, 0], [1, 1], [1, 1], [1, 0], [0, 1]], dtype=float)
+    km = FederatedKMeans(n_clusters=5, init=X, empty_clusters="farthest-row", random_state=0)
+
+    msg = r"Number of distinct clusters \(4\) found smaller than n_clusters \(5\)"
+    with pytest.warns(ConvergenceWarning, match=msg):
+        km.fit(split(X))
+
+    assert km.n_iter_ == 1
+    # Not only the count: the fit is scikit-learn's from the same start.
+    with pytest.warns(ConvergenceWarning):
+        reference = KMeans(n_clusters=5, init=X, n_init=1).fit(X)
+    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_array_equal(km.labels_, reference.labels_)
+
+
+def test_a_cluster_left_empty_takes_the_largest_clusters_center_as_in_kmeans():
+    # Three distinct rows, four centers, one of them far: the far center is
+    # empty, and relocating it to a row empties the singleton cluster that
+    # row came from (its center was off the row). scikit-learn puts a cluster
+    # still empty at the center of the largest one.
+    X = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [4.0, 0.0], [10.0, 0.0]])
+    init = np.array([[0.0, 0.0], [3.0, 0.0], [9.5, 0.0], [50.0, 50.0]])
+    km = KMeans(4, init=init, n_init=1).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fk = FederatedKMeans(4, init=init, empty_clusters="farthest-row", random_state=0)
+        fk.fit([X[:2], X[2:4], X[4:]])
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, atol=1e-12)
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    assert fk.n_iter_ == km.n_iter_
+
+
 def test_a_default_node_refuses_to_send_its_farthest_row():
     from skfedclust.node._policy import NodePolicy
 
