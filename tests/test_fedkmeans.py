@@ -618,6 +618,16 @@ def test_float32_input_gives_float32_centers_and_distances_as_kmeans_does():
     )
 
 
+def test_nullable_float32_frames_give_float64_centers_as_kmeans_does():
+    pd = pytest.importorskip("pandas")
+    X, _ = make_blobs(90, centers=3, random_state=0)
+    frame = pd.DataFrame(X.astype(np.float32)).astype("Float32")
+    # scikit-learn computes a pandas extension dtype in float64, even Float32.
+    assert KMeans(3, n_init=1).fit(frame).cluster_centers_.dtype == np.float64
+    for data in (frame, [frame[:30], frame[30:60], frame[60:]]):
+        assert FederatedKMeans(3, random_state=0).fit(data).cluster_centers_.dtype == np.float64
+
+
 def test_fewer_distinct_rows_than_clusters_warns_as_kmeans_does():
     X = np.array([[0.0, 0.0], [1.0, 1.0]] * 15)
     with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(2\).*n_clusters \(3\)"):
