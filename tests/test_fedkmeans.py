@@ -65,6 +65,20 @@ def test_same_initial_centers_give_scikit_learns_kmeans(offset, secure, max_iter
     np.testing.assert_allclose(fk.inertia_, km.inertia_, rtol=1e-9 if offset == 0 else 1e-8)
 
 
+@pytest.mark.parametrize("init, n_init", [("auto", 1), ("auto", 4), ("random", 3), ("k-fed", 2)])
+def test_init_centers_give_kmeans_the_kept_runs_start(init, n_init):
+    X = _data()
+    fk = FederatedKMeans(5, init=init, n_init=n_init, partition=4, random_state=0).fit(X)
+    assert fk.init_centers_.shape == (5, X.shape[1])
+    km = KMeans(5, init=fk.init_centers_, n_init=1).fit(X)
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-9)
+    assert fk.n_iter_ == km.n_iter_
+    # From an array, the start is that array.
+    again = FederatedKMeans(5, init=fk.init_centers_, partition=4, random_state=0).fit(X)
+    np.testing.assert_array_equal(again.init_centers_, fk.init_centers_)
+
+
 def test_stopping_by_tol_uses_the_mean_feature_variance():
     # Wildly different feature scales: the tolerance is tol * mean(var(X, axis=0)).
     X = _data(d=2) * [1.0, 1e4]

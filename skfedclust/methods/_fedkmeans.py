@@ -377,6 +377,11 @@ class FederatedKMeans(
         Sum of the squared distances of the rows to their center (a secure sum).
     n_iter_ : int
         Lloyd iterations of the kept run.
+    init_centers_ : ndarray of shape (n_clusters, n_features)
+        The initial centers of the kept run, in float64: public, as every
+        center the server broadcasts. Without differential privacy,
+        ``KMeans(n_clusters, init=init_centers_, n_init=1)`` on the pooled
+        rows gives the same centers and labels.
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -969,7 +974,8 @@ class FederatedKMeans(
             )
             if best is None or inertia < best[0]:
                 best = (inertia, centers, n_iter, r, self.__dict__.pop("_n_filled", len(centers)))
-        self.inertia_, self.cluster_centers_, self.n_iter_, _, n_filled = best
+        self.inertia_, self.cluster_centers_, self.n_iter_, r, n_filled = best
+        self.init_centers_ = np.array(starts[r], dtype=np.float64)
         _warn_if_fewer_clusters(n_filled, self.n_clusters)
         if len(starts) > 1:
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=active)
