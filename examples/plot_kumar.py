@@ -13,7 +13,7 @@ unweighted method collapses round after round, and the weighted one does not.
 
 # %%
 # Quality and cluster sizes after 1, 2 and 5 rounds
-# ------------------------------------------------
+# -------------------------------------------------
 import warnings
 
 import matplotlib.pyplot as plt
