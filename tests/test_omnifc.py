@@ -1187,6 +1187,12 @@ def test_feature_methods_cluster_the_rows_of_the_chosen_dissimilarity(blobs, kin
         um = est.clusterer_.u_**est.clusterer_.m
         expected = (um.T @ features) / um.sum(axis=0)[:, None]
         np.testing.assert_allclose(centers, expected, rtol=1e-3, atol=1e-3 * features.max())
+    # New rows are labelled by the nearest center in the same feature space.
+    new = (X[:40] + X[40:80]) / 2  # inside the public bounds of the fit
+    D_new = exact_sq(new, X, est.precision_)
+    new_features = D_new if kind == "sqeuclidean" else np.sqrt(D_new)
+    nearest = np.argmin(((new_features[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_array_equal(est.predict(new), nearest)
 
 
 def test_nmf_factorises_the_squared_distances(blobs, monkeypatch):
@@ -1222,3 +1228,30 @@ def test_affinity_propagation_gets_the_negative_squared_distances(blobs):
     on_plain = AffinityPropagation(affinity="precomputed", random_state=0)
     on_plain.fit(-np.sqrt(exact_sq(X, X, est.precision_)))
     assert len(on_plain.cluster_centers_indices_) != len(central.cluster_centers_indices_)
+
+
+@pytest.mark.parametrize("clusterer", ["dbscan", "spectral"])
+def test_new_rows_vote_with_plain_distances(blobs, clusterer, monkeypatch):
+    import skfedclust.methods._omnifc as omnifc
+
+    votes = []
+
+    def spy(distances, labels, n_neighbors):
+        votes.append(np.array(distances))
+        return vote(distances, labels, n_neighbors)
+
+    vote = omnifc.nearest_neighbour_vote
+    monkeypatch.setattr(omnifc, "nearest_neighbour_vote", spy)
+    X, _ = blobs
+    X = 5 * X  # squared distances far from their square roots
+    params = {"eps": 3.5, "min_samples": 4} if clusterer == "dbscan" else None
+    est = OmniFCClustering(3, clusterer=clusterer, clusterer_params=params, random_state=0)
+    est.fit(X)
+    new = (X[:6] + X[6:12]) / 2  # inside the public bounds of the fit
+    est.predict(new)
+    (received,) = votes
+    # The distance-weighted vote (weights 1/d) on Euclidean distances, as scikit-learn's
+    # KNeighborsClassifier(weights="distance") has them.
+    q = est.precision_
+    expected = np.sqrt(exact_sq(new, X, q))
+    np.testing.assert_allclose(received, expected, rtol=1e-9)
