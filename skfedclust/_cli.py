@@ -37,14 +37,15 @@ DEMO_PARAMS = {
 
 
 #: The start of every method, as the demo runs it: where its centers (or its
-#: clustering) begin. One line each, under the table.
+#: clustering) begin. One line each, under the table; a callable reads the
+#: estimator's parameters.
 STARTS = {
     "DCClustering": "k-means++ (10 restarts) on the analyst's collaborative representation",
     "FeCA": "k-means++ on every client's rows; the server groups the clients' centroids",
     "FedSpectralClustering": (
         "a random dictionary around the clients' mean; k-means on the spectral embedding"
     ),
-    "FederatedFuzzyCMeans": "k-means++ seeding by one randomly chosen client on its rows",
+    "FederatedFuzzyCMeans": lambda est: _ffcm_start(est.get_params()["init"]),
     "FederatedKMeans": (
         "init='auto': local k-means on every client, weighted k-means++ (10 restarts) "
         "on the local centers by the server; the start is init_centers_"
@@ -60,6 +61,23 @@ STARTS = {
         "Lloyd iterations, so the same scores"
     ),
 }
+
+
+def _ffcm_start(init):
+    if isinstance(init, str) and init.startswith("k-means++"):
+        return "k-means++ seeding by one randomly chosen client on its rows"
+    if isinstance(init, str):
+        return (
+            "local k-means on every client (means, no row), weighted k-means on them by the server"
+        )
+    return "the given centers"
+
+
+def describe_start(name, estimator):
+    """The line of :data:`STARTS` for one method, or None; some depend on the parameters."""
+    start = STARTS.get(name)
+    return start(estimator) if callable(start) else start
+
 
 #: What the columns say, printed under the table.
 LEGEND = [
@@ -195,7 +213,7 @@ def format_table(rows):
 
     A method that warned carries the numbers of its notes, e.g. ``KFed [1]``.
     The legend says what each column measures, then the start of every method
-    in the table (:data:`STARTS`).
+    in the table (its ``"start"``, from :data:`STARTS`).
     """
     notes, marks = collect_notes(rows)
     header = f"{'method':<26}{'NMI':>7}{'ARI':>7}{'ACC':>7}{'fit s':>8}{'up':>11}{'down':>11}"
@@ -218,7 +236,7 @@ def format_table(rows):
         lines += textwrap.wrap(
             text, width, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12
         )
-    starts = [(r["method"], STARTS[r["method"]]) for r in rows if r["method"] in STARTS]
+    starts = [(r["method"], r["start"]) for r in rows if r.get("start")]
     if starts:
         lines += ["", "starts:"]
         for name, text in starts:
@@ -411,14 +429,14 @@ def main(argv=None):
         if "n_jobs" in cls().get_params():
             params["n_jobs"] = args.n_jobs
         estimator = cls(**params)
-        rows.append(run_one(name, estimator, X, y))
+        rows.append({**run_one(name, estimator, X, y), "start": describe_start(name, estimator)})
         fitted[name] = estimator
     reference = KMeans(n_clusters=k, n_init=10, random_state=args.seed)
     central = run_one("KMeans (centralized)", reference, X, y)
-    rows.append(central)
+    rows.append({**central, "start": STARTS["KMeans (centralized)"]})
     same_start = same_start_row(fitted.get("FederatedKMeans"), X, y, args.seed)
     if same_start is not None:
-        rows.append(same_start)
+        rows.append({**same_start, "start": STARTS["KMeans (same start)"]})
     print(format_table(rows))
     return 0
 

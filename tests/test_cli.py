@@ -184,3 +184,13 @@ def test_no_same_start_row_where_federated_kmeans_cannot_run(capsys):
     out = capsys.readouterr().out
     assert "n/a: FederatedKMeans supports horizontal" in out
     assert "KMeans (same start)" not in _table_rows(out)
+
+
+def test_the_fuzzy_c_means_start_follows_its_init():
+    from skfedclust import FederatedFuzzyCMeans
+
+    seeded = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans(init="k-means++"))
+    assert "k-means++" in seeded and "its rows" in seeded
+    given = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans(init=np.zeros((2, 2))))
+    assert given == "the given centers"
+    assert _cli.describe_start("NotAMethod", None) is None
