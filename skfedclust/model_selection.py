@@ -121,6 +121,27 @@ def _check_candidates(candidates):
     return checked
 
 
+def _check_has_centers(estimator):
+    """Refuse, before any fit, an estimator whose fit leaves no centers in the input space.
+
+    Every criterion scores the nearest-center partition of a fit's
+    ``cluster_centers_`` (or its ``inertia_`` on them); a method without them
+    would only fail after the first fit.
+    """
+    if getattr(estimator, "_centers_in_input_space", False):
+        return
+    from .utils import all_estimators
+
+    qualify = ", ".join(
+        name for name, cls in all_estimators() if getattr(cls, "_centers_in_input_space", False)
+    )
+    raise TypeError(
+        "select_n_clusters needs an estimator whose fit gives cluster centers "
+        "(cluster_centers_) in the input space, scored by nearest center; "
+        f"{type(estimator).__name__} is not one. These are: {qualify}."
+    )
+
+
 def select_n_clusters(
     estimator,
     X,
@@ -147,8 +168,15 @@ def select_n_clusters(
     Parameters
     ----------
     estimator : estimator
-        A centroid estimator of the package with an ``n_clusters`` parameter
-        (:class:`~skfedclust.KFed`, :class:`~skfedclust.FeCA`, ...).
+        A centroid estimator of the package with an ``n_clusters`` parameter,
+        whose fit gives ``cluster_centers_`` in the input space:
+        :class:`~skfedclust.FeCA`, :class:`~skfedclust.FederatedFuzzyCMeans`,
+        :class:`~skfedclust.FederatedKMeans`, :class:`~skfedclust.GOLDClustering`,
+        :class:`~skfedclust.KFed`, :class:`~skfedclust.KumarFederatedKMeans` or
+        :class:`~skfedclust.MAvg`. Others (:class:`~skfedclust.DCClustering`,
+        whose centers live in its collaborative space,
+        :class:`~skfedclust.FedSpectralClustering`,
+        :class:`~skfedclust.OmniFCClustering`) are refused with a ``TypeError``.
     X : array-like or list of array-like
         Any input form of the estimator's ``fit``.
     y : array-like, default=None
@@ -201,6 +229,7 @@ def select_n_clusters(
         raise ValueError(f"the {criterion} index needs at least 2 clusters")
     if "n_clusters" not in estimator.get_params():
         raise TypeError(f"{type(estimator).__name__} has no n_clusters parameter")
+    _check_has_centers(estimator)
     seed = estimator.get_params().get("random_state")
     if not isinstance(seed, numbers.Integral):
         seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))

@@ -141,3 +141,56 @@ def test_python_dash_m_entry_point():
         timeout=300,
     )
     assert "KMeans (centralized)" in result.stdout
+
+
+def _table_rows(out):
+    """The table's rows, by method: the numbers of each (NMI, ARI, ACC, ...)."""
+    table = out.split("\n\n")[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        name, numbers = line[:26].strip(), line[26:].split()
+        rows[name] = numbers
+    return rows
+
+
+def test_the_legend_explains_every_column_and_every_start(capsys):
+    assert main(["--dataset", "iris", "--clients", "3"]) == 0
+    out = capsys.readouterr().out
+    legend = out.split("columns:")[1].split("starts:")[0]
+    for column in ("NMI", "ARI", "ACC", "fit s", "up", "down", "KB", "rounds"):
+        assert f"\n  {column} " in legend, column
+    assert "mutual information" in legend and "Rand" in legend and "matching" in legend
+    assert "seconds" in legend and "1024 bytes" in legend
+    starts = out.split("starts:")[1]
+    rows = _table_rows(out)
+    assert len(rows) == len(all_estimators()) + 2
+    for method in rows:
+        assert f"\n  {method} " in starts, method
+    assert "init_centers_" in starts
+
+
+@pytest.mark.parametrize("argv", [["--dataset", "iris"], ["--dataset", "wine", "--seed", "3"]])
+def test_kmeans_from_federated_kmeans_start_agrees_with_it(argv, capsys):
+    assert main([*argv, "--partition", "dirichlet", "--clients", "4"]) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    # NMI, ARI and ACC to the table's three decimals: the same labels.
+    assert rows["KMeans (same start)"][:3] == rows["FederatedKMeans"][:3]
+    # Nothing is sent by the pooled fit.
+    assert rows["KMeans (same start)"][-3:] == ["-", "-", "-"]
+
+
+def test_no_same_start_row_where_federated_kmeans_cannot_run(capsys):
+    main(["--dataset", "wine", "--partition", "vertical", "--clients", "2"])
+    out = capsys.readouterr().out
+    assert "n/a: FederatedKMeans supports horizontal" in out
+    assert "KMeans (same start)" not in _table_rows(out)
+
+
+def test_the_fuzzy_c_means_start_follows_its_init():
+    from skfedclust import FederatedFuzzyCMeans
+
+    seeded = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans(init="k-means++"))
+    assert "k-means++" in seeded and "its rows" in seeded
+    given = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans(init=np.zeros((2, 2))))
+    assert given == "the given centers"
+    assert _cli.describe_start("NotAMethod", None) is None

@@ -206,3 +206,52 @@ def test_predict_far_from_the_centers_gives_the_nearest_center(Estimator):
     assert len(np.unique(settled)) > 1
     for far in (1e17, 1e100):
         np.testing.assert_array_equal(est.predict(m + far * spread * u), settled, err_msg=far)
+
+
+# --------------------------------------------------------------------------- #
+# pandas nullable dtypes (df.convert_dtypes()), accepted as scikit-learn accepts them
+# --------------------------------------------------------------------------- #
+def _nullable_frames():
+    pd = pytest.importorskip("pandas")
+    X, _ = _blobs()
+    # One float column and one whole-number column: convert_dtypes() makes them
+    # Float64 and Int64, the two nullable kinds a user's frame typically holds.
+    X = np.column_stack([X[:, 0], np.round(10 * X[:, 1])])
+    frame = pd.DataFrame(X, columns=["a", "b"]).convert_dtypes()
+    assert [str(t) for t in frame.dtypes] == ["Float64", "Int64"]
+    return pd, X, frame
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+def test_nullable_pandas_dtypes_fit_as_their_float_values(Estimator):
+    pd, X, frame = _nullable_frames()
+    params = {"n_clusters": 3, "random_state": 0, **THREE_CLIENT_PARAMS.get(Estimator.__name__, {})}
+    # The same values in NumPy and in nullable columns give the same fit, in every
+    # input form: one frame with client ids, and a list of per-client frames.
+    ids = np.arange(len(X)) % 3
+    ref = Estimator(**params).fit(X, client_ids=ids)
+    pooled = Estimator(**params).fit(frame, client_ids=ids)
+    np.testing.assert_array_equal(pooled.labels_, ref.labels_)
+    assert list(pooled.feature_names_in_) == ["a", "b"]
+    parts = [frame[ids == c] for c in range(3)]
+    ref = Estimator(**params).fit([X[ids == c] for c in range(3)])
+    clients = Estimator(**params).fit(parts)
+    np.testing.assert_array_equal(clients.labels_, ref.labels_)
+    if hasattr(clients, "predict"):
+        np.testing.assert_array_equal(clients.predict(frame[:7]), ref.predict(X[:7]))
+    if Estimator._supports_vertical:
+        # Row groups x feature blocks, each block a nullable frame.
+        grid = [[p[["a"]], p[["b"]]] for p in parts]
+        ref = Estimator(**params).fit([[X[ids == c][:, :1], X[ids == c][:, 1:]] for c in range(3)])
+        vertical = Estimator(**params).fit(grid)
+        np.testing.assert_array_equal(vertical.labels_, ref.labels_)
+    # pd.NA is a missing value: refused with the error NaN gets.
+    bad = frame.copy()
+    bad.iloc[3, 1] = pd.NA
+    with pytest.raises(ValueError, match="NaN"):
+        Estimator(**params).fit(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        Estimator(**params).fit([parts[0], bad[:40], parts[2]])
+    if Estimator._supports_vertical:
+        with pytest.raises(ValueError, match="NaN"):
+            Estimator(**params).fit([[p[["a"]], p[["b"]]] for p in [parts[0], bad[:40]]])

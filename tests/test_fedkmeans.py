@@ -65,6 +65,20 @@ def test_same_initial_centers_give_scikit_learns_kmeans(offset, secure, max_iter
     np.testing.assert_allclose(fk.inertia_, km.inertia_, rtol=1e-9 if offset == 0 else 1e-8)
 
 
+@pytest.mark.parametrize("init, n_init", [("auto", 1), ("auto", 4), ("random", 3), ("k-fed", 2)])
+def test_init_centers_give_kmeans_the_kept_runs_start(init, n_init):
+    X = _data()
+    fk = FederatedKMeans(5, init=init, n_init=n_init, partition=4, random_state=0).fit(X)
+    assert fk.init_centers_.shape == (5, X.shape[1])
+    km = KMeans(5, init=fk.init_centers_, n_init=1).fit(X)
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-9)
+    assert fk.n_iter_ == km.n_iter_
+    # From an array, the start is that array.
+    again = FederatedKMeans(5, init=fk.init_centers_, partition=4, random_state=0).fit(X)
+    np.testing.assert_array_equal(again.init_centers_, fk.init_centers_)
+
+
 def test_stopping_by_tol_uses_the_mean_feature_variance():
     # Wildly different feature scales: the tolerance is tol * mean(var(X, axis=0)).
     X = _data(d=2) * [1.0, 1e4]
@@ -618,6 +632,16 @@ def test_float32_input_gives_float32_centers_and_distances_as_kmeans_does():
     )
 
 
+def test_nullable_float32_frames_give_float64_centers_as_kmeans_does():
+    pd = pytest.importorskip("pandas")
+    X, _ = make_blobs(90, centers=3, random_state=0)
+    frame = pd.DataFrame(X.astype(np.float32)).astype("Float32")
+    # scikit-learn computes a pandas extension dtype in float64, even Float32.
+    assert KMeans(3, n_init=1).fit(frame).cluster_centers_.dtype == np.float64
+    for data in (frame, [frame[:30], frame[30:60], frame[60:]]):
+        assert FederatedKMeans(3, random_state=0).fit(data).cluster_centers_.dtype == np.float64
+
+
 def test_fewer_distinct_rows_than_clusters_warns_as_kmeans_does():
     X = np.array([[0.0, 0.0], [1.0, 1.0]] * 15)
     with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(2\).*n_clusters \(3\)"):
@@ -646,6 +670,52 @@ def test_farthest_row_relocation_equals_kmeans_from_the_same_start():
     np.testing.assert_array_equal(fk.labels_, km.labels_)
     np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=1e-9)
     assert fk.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
+
+
+# scikit-learn's test_relocating_with_duplicates (sklearn/cluster/tests/test_k_means.py),
+# KMeans swapped for FederatedKMeans with scikit-learn's relocation; the rows come
+# pooled, one row a client, and split unevenly over three clients.
+@pytest.mark.parametrize(
+    "split",
+    [lambda X: X, lambda X: list(X[:, None, :]), lambda X: [X[:2], X[2:3], X[3:]]],
+    ids=["pooled", "one-row-clients", "three-clients"],
+)
+def test_relocating_with_duplicates(split):
+    """Check that federated k-means stops when there are more centers than distinct rows.
+
+    Non-regression test for scikit-learn's issue 28055, which the scikit-learn
+    rule for empty clusters inherits.
+    """
+    X = np.array([[0, 0], [1, 1], [1, 1], [1, 0], [0, 1]], dtype=float)
+    km = FederatedKMeans(n_clusters=5, init=X, empty_clusters="farthest-row", random_state=0)
+
+    msg = r"Number of distinct clusters \(4\) found smaller than n_clusters \(5\)"
+    with pytest.warns(ConvergenceWarning, match=msg):
+        km.fit(split(X))
+
+    assert km.n_iter_ == 1
+    # Not only the count: the fit is scikit-learn's from the same start.
+    with pytest.warns(ConvergenceWarning):
+        reference = KMeans(n_clusters=5, init=X, n_init=1).fit(X)
+    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_array_equal(km.labels_, reference.labels_)
+
+
+def test_a_cluster_left_empty_takes_the_largest_clusters_center_as_in_kmeans():
+    # Three distinct rows, four centers, one of them far: the far center is
+    # empty, and relocating it to a row empties the singleton cluster that
+    # row came from (its center was off the row). scikit-learn puts a cluster
+    # still empty at the center of the largest one.
+    X = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [4.0, 0.0], [10.0, 0.0]])
+    init = np.array([[0.0, 0.0], [3.0, 0.0], [9.5, 0.0], [50.0, 50.0]])
+    km = KMeans(4, init=init, n_init=1).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fk = FederatedKMeans(4, init=init, empty_clusters="farthest-row", random_state=0)
+        fk.fit([X[:2], X[2:4], X[4:]])
+    np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, atol=1e-12)
+    np.testing.assert_array_equal(fk.labels_, km.labels_)
+    assert fk.n_iter_ == km.n_iter_
 
 
 def test_a_default_node_refuses_to_send_its_farthest_row():

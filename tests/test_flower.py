@@ -3,7 +3,8 @@
 Most tests run the ClientApp in this process through a small Grid (fast, no Ray);
 some run Flower's simulation runtime (Ray) and one a real local deployment
 (a SuperLink and five SuperNodes on 127.0.0.1, one ``flwr run`` fitting every
-method).
+method). Those start processes and are marked ``deployment``: CI runs them in a
+step of their own, not in the README's test command.
 """
 
 import functools
@@ -800,6 +801,15 @@ def test_file_loader_and_writer_follow_the_node_config(tmp_path):
 # --------------------------------------------------------------------------- #
 # Flower's simulation runtime (Ray)
 # --------------------------------------------------------------------------- #
+#: Each fit under Flower's simulation runtime starts Ray and its worker processes: 28 to
+#: 40 s a test on two busy cores, over half a minute of the README's test command on two
+#: workers. The node code they run is the in-process Grid's, which the tests above check
+#: fit by fit; what only these add (Ray's processes, closures sent by value, node
+#: configs) runs with the deployment tests, in CI's step of its own.
+RAY_SIMULATION = pytest.mark.deployment
+
+
+@RAY_SIMULATION
 def test_simulation_runtime_matches_in_process_and_names_a_failing_node(tmp_path):
     from flwr.simulation import run_simulation
 
@@ -929,6 +939,7 @@ def test_private_federated_kmeans_on_flower_draws_its_noise_on_the_nodes():
     np.testing.assert_array_equal(fixed[0].cluster_centers_, fixed[1].cluster_centers_)
 
 
+@RAY_SIMULATION
 def test_fedsc_under_the_simulation_runtime(tmp_path):
     from flwr.simulation import run_simulation
 
@@ -1168,6 +1179,7 @@ def test_layouts_the_nodes_declare_are_checked():
         fit(DCClustering(3), good, data=ragged)
 
 
+@RAY_SIMULATION
 def test_dc_on_a_hybrid_grid_under_the_simulation_runtime(tmp_path):
     from flwr.simulation import run_simulation
     from sklearn.metrics import adjusted_rand_score
@@ -2042,6 +2054,7 @@ def test_a_querying_node_with_rows_beyond_the_public_bounds_refuses():
         predict_on_flower(estimator, grid)
 
 
+@RAY_SIMULATION
 def test_omnifc_under_the_simulation_runtime_uses_the_nodes_own_noise(tmp_path, monkeypatch):
     from flwr.simulation import run_simulation
 

@@ -6,9 +6,11 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
 
 from skfedclust import FeCA, KFed, MAvg
+from skfedclust.clusterers import nearest_center
 from skfedclust.metrics import simplified_silhouette_score
 from skfedclust.model_selection import elbow, select_n_clusters
 from skfedclust.partition import DirichletPartition, IIDPartition
+from skfedclust.utils import all_estimators
 
 
 def _blobs(k=4, n=800, seed=0):
@@ -142,3 +144,31 @@ def test_refusals():
 class _NoK:
     def get_params(self, deep=True):
         return {}
+
+
+@pytest.mark.parametrize(
+    "Estimator", [cls for _, cls in all_estimators()], ids=lambda c: c.__name__
+)
+def test_estimators_without_centers_are_refused_before_any_fit(Estimator, monkeypatch):
+    X, _ = _blobs(k=3, n=120)
+    qualify = [n for n, c in all_estimators() if c._centers_in_input_space]
+    if Estimator._centers_in_input_space:
+        # The flag is true of a fit: centers in the input space, inertia_ on them.
+        params = {"compute_inertia": True} if "compute_inertia" in Estimator().get_params() else {}
+        est = Estimator(n_clusters=3, random_state=0, **params).fit(X)
+        assert est.cluster_centers_.shape == (3, X.shape[1])
+        assert est.inertia_ == pytest.approx(
+            ((X - est.cluster_centers_[nearest_center(X, est.cluster_centers_)]) ** 2).sum()
+        )
+        return
+
+    def no_fit(self, *args, **kwargs):
+        raise AssertionError("select_n_clusters fitted an estimator it should refuse")
+
+    monkeypatch.setattr(Estimator, "fit", no_fit)
+    for criterion in ["calinski_harabasz", "inertia"]:
+        with pytest.raises(TypeError, match="cluster centers") as info:
+            select_n_clusters(Estimator(), X, candidates=[2, 3, 4], criterion=criterion)
+        message = str(info.value)
+        assert Estimator.__name__ in message and "cluster_centers_" in message
+        assert all(name in message for name in qualify)

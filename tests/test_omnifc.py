@@ -1099,3 +1099,159 @@ def test_memory_guard_names_the_streaming_clusterers(blobs, monkeypatch):
     monkeypatch.setenv(AVAILABLE_MEMORY_ENV, str(2**20))
     with pytest.raises(MemoryError, match="clusterer='spectral'.*clusterer='dbscan'"):
         OmniFCClustering(3, clusterer="kmedoids").fit(X)
+
+
+# --------------------------------------------------------------------------- #
+# What each downstream clusterer is fed: sqrt(D) or D, as its method requires
+# --------------------------------------------------------------------------- #
+# The server holds squared distances D. Each test below fails if a clusterer gets D
+# where it needs sqrt(D), or the reverse: the data are chosen where the two differ.
+def _quantized(X, q):
+    return np.ldexp(np.rint(np.ldexp(X, q)), -q)
+
+
+@pytest.mark.parametrize("method", ["ward", "single", "average", "complete"])
+def test_linkage_merge_heights_are_scipys_on_the_plain_data(blobs, method):
+    X, _ = blobs
+    est = OmniFCClustering(4, clusterer="agglomerative", clusterer_params={"linkage": method})
+    est.fit(X)
+    # scipy's linkage of the rows themselves, as the server's distances are exact
+    # for the rows quantized at the fit's precision.
+    central = linkage(_quantized(X, est.precision_), method)
+    np.testing.assert_allclose(est.clusterer_.linkage_matrix_[:, 2], central[:, 2], rtol=1e-9)
+    # Heights on the squared distances would be other numbers altogether.
+    assert central[-1, 2] > 2 and not np.allclose(central[:, 2] ** 2, central[:, 2], rtol=0.1)
+
+
+@pytest.mark.parametrize(
+    "spacing, eps",
+    # eps between the distance d of neighbouring rows and d**2, on both sides of 1.
+    [(0.5, 0.4), (2.0, 3.0)],
+    ids=["d<1", "d>1"],
+)
+@pytest.mark.parametrize("how", ["named", "custom"])
+def test_dbscan_radius_is_a_plain_distance(spacing, eps, how):
+    # Three rows of points, evenly spaced along x, far apart in y.
+    X = np.array([[spacing * i, 100.0 * r] for r in range(3) for i in range(6)])
+    central = DBSCAN(eps=eps, min_samples=3).fit(X).labels_
+    on_squares = DBSCAN(eps=eps, min_samples=3, metric="sqeuclidean").fit(X).labels_
+    assert adjusted_rand_score(central, on_squares) < 1  # the data tell them apart
+    if how == "named":
+        params = {"clusterer": "dbscan", "clusterer_params": {"eps": eps, "min_samples": 3}}
+    else:
+        params = {"clusterer": DBSCAN(eps=eps, min_samples=3, metric="precomputed")}
+    # Three data holders and four share holders: LCC decoding needs seven parties.
+    est = OmniFCClustering(n_parties=7, **params).fit([X[:6], X[6:12], X[12:]])
+    np.testing.assert_array_equal(est.labels_, central)
+
+
+@pytest.mark.parametrize("duplicate", [False, True], ids=["distinct", "a-duplicate-row"])
+@pytest.mark.parametrize("params", [{}, {"method": "pam", "init": "build"}], ids=["alt", "pam"])
+def test_kmedoids_medoid_minimises_the_sum_of_plain_distances(duplicate, params):
+    # Per cluster, x in {0, 1, 2, 3, 12} (and a second 2): the sum of distances is
+    # smallest at x=2 (14 vs 15 at x=3), the sum of squared distances at x=3 (303 vs
+    # 330; with the second 2, 96 vs 106).
+    xs = [0.0, 1.0, 2.0, 3.0, 12.0] + ([2.0] if duplicate else [])
+    X = np.array([[x, 100.0 * r] for r in range(2) for x in xs])
+    est = OmniFCClustering(
+        2, clusterer="kmedoids", clusterer_params=params, n_parties=7, random_state=0
+    )
+    n = len(xs)
+    est.fit([X[: n // 2], X[n // 2 : n], X[n : n + n // 2], X[n + n // 2 :]])
+    medoids = est.clusterer_.medoid_indices_
+    np.testing.assert_array_equal(X[medoids, 0], [2.0, 2.0])
+    assert est.clusterer_.inertia_ == pytest.approx(2 * 14.0)
+    # The scikit-learn-extra default, on the rows, agrees.
+    central = KMedoids(2, **params).fit(X)
+    np.testing.assert_array_equal(X[central.medoid_indices_, 0], [2.0, 2.0])
+
+
+@pytest.mark.parametrize("kind", ["sqeuclidean", "euclidean"])
+@pytest.mark.parametrize("clusterer", ["kmeans", "fcm"])
+def test_feature_methods_cluster_the_rows_of_the_chosen_dissimilarity(blobs, kind, clusterer):
+    X, _ = blobs
+    X = 5 * X  # squared distances in the hundreds: far from their square roots
+    est = OmniFCClustering(
+        3, clusterer=clusterer, clusterer_params={"feature_dissimilarity": kind}, random_state=0
+    ).fit(X)
+    D = exact_sq(X, X, est.precision_)
+    features = D if kind == "sqeuclidean" else np.sqrt(D)
+    centers = est.clusterer_.cluster_centers_
+    if clusterer == "kmeans":
+        # k-means centers are the means of the feature rows of each cluster.
+        expected = np.array([features[est.labels_ == j].mean(axis=0) for j in range(3)])
+        np.testing.assert_allclose(centers, expected, rtol=1e-9, atol=1e-9 * features.max())
+    else:
+        # Fuzzy c-means centers are the u**m-weighted means of the feature rows (to the
+        # memberships' tolerance).
+        um = est.clusterer_.u_**est.clusterer_.m
+        expected = (um.T @ features) / um.sum(axis=0)[:, None]
+        np.testing.assert_allclose(centers, expected, rtol=1e-3, atol=1e-3 * features.max())
+    # New rows are labelled by the nearest center in the same feature space.
+    new = (X[:40] + X[40:80]) / 2  # inside the public bounds of the fit
+    D_new = exact_sq(new, X, est.precision_)
+    new_features = D_new if kind == "sqeuclidean" else np.sqrt(D_new)
+    nearest = np.argmin(((new_features[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_array_equal(est.predict(new), nearest)
+
+
+def test_nmf_factorises_the_squared_distances(blobs, monkeypatch):
+    from sklearn.decomposition import NMF
+
+    import skfedclust.methods._omnifc_cluster as server
+
+    class Spy(NMF):
+        def fit_transform(self, X, y=None, W=None, H=None):
+            Spy.received = np.array(X)
+            return super().fit_transform(X, y, W=W, H=H)
+
+    monkeypatch.setattr(server, "NMF", Spy)
+    X, _ = blobs
+    X = 5 * X
+    est = OmniFCClustering(3, clusterer="nmf", random_state=0).fit(X)
+    D = exact_sq(X, X, est.precision_)
+    # D scaled by a power of two (exactly), not sqrt(D).
+    ratio = Spy.received[D > 0] / D[D > 0]
+    assert np.all(ratio == ratio[0]) and np.log2(ratio[0]).is_integer()
+
+
+def test_affinity_propagation_gets_the_negative_squared_distances(blobs):
+    from sklearn.cluster import AffinityPropagation
+
+    X, _ = blobs
+    X = 5 * X
+    ap = AffinityPropagation(affinity="precomputed", random_state=0)
+    est = OmniFCClustering(clusterer=ap).fit(X)
+    # scikit-learn's default similarity is -||x - y||**2, and its preference the median.
+    central = AffinityPropagation(random_state=0).fit(_quantized(X, est.precision_))
+    np.testing.assert_array_equal(est.labels_, central.labels_)
+    on_plain = AffinityPropagation(affinity="precomputed", random_state=0)
+    on_plain.fit(-np.sqrt(exact_sq(X, X, est.precision_)))
+    assert len(on_plain.cluster_centers_indices_) != len(central.cluster_centers_indices_)
+
+
+@pytest.mark.parametrize("clusterer", ["dbscan", "spectral"])
+def test_new_rows_vote_with_plain_distances(blobs, clusterer, monkeypatch):
+    import skfedclust.methods._omnifc as omnifc
+
+    votes = []
+
+    def spy(distances, labels, n_neighbors):
+        votes.append(np.array(distances))
+        return vote(distances, labels, n_neighbors)
+
+    vote = omnifc.nearest_neighbour_vote
+    monkeypatch.setattr(omnifc, "nearest_neighbour_vote", spy)
+    X, _ = blobs
+    X = 5 * X  # squared distances far from their square roots
+    params = {"eps": 3.5, "min_samples": 4} if clusterer == "dbscan" else None
+    est = OmniFCClustering(3, clusterer=clusterer, clusterer_params=params, random_state=0)
+    est.fit(X)
+    new = (X[:6] + X[6:12]) / 2  # inside the public bounds of the fit
+    est.predict(new)
+    (received,) = votes
+    # The distance-weighted vote (weights 1/d) on Euclidean distances, as scikit-learn's
+    # KNeighborsClassifier(weights="distance") has them.
+    q = est.precision_
+    expected = np.sqrt(exact_sq(new, X, q))
+    np.testing.assert_allclose(received, expected, rtol=1e-9)

@@ -271,7 +271,9 @@ def _feature_names(Xi):
 def _is_float32(block):
     dtypes = getattr(block, "dtypes", None)
     if dtypes is not None:  # a DataFrame
-        return len(dtypes) > 0 and all(np.dtype(t) == np.float32 for t in dtypes)
+        # A pandas extension dtype (Float32, Int64, ...) is not a NumPy dtype:
+        # scikit-learn computes such a frame in float64, and so do we.
+        return len(dtypes) > 0 and all(isinstance(t, np.dtype) and t == np.float32 for t in dtypes)
     return getattr(block, "dtype", None) == np.float32
 
 

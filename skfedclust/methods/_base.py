@@ -54,6 +54,11 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
     #: Whether the protocol handles vertical and hybrid federations.
     _supports_vertical = False
 
+    #: Whether a fit leaves ``cluster_centers_`` in the input's feature space (and
+    #: ``inertia_`` on them): what centroid-based tools such as ``select_n_clusters``
+    #: and ``federated_score`` need. Known before fitting, so they can refuse up front.
+    _centers_in_input_space = False
+
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, client_ids=None):
@@ -202,6 +207,8 @@ class BaseFederatedClustering(ClusterMixin, BaseEstimator):
 
 class CentroidPredictMixin:
     """``predict`` by nearest center in ``cluster_centers_``; ``score`` by inertia."""
+
+    _centers_in_input_space = True
 
     def predict(self, X):
         """Assign each sample to its nearest cluster center.

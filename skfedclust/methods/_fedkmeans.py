@@ -89,13 +89,23 @@ def _farthest_picks(distances, *, n_empty):
     ]
     candidates.sort(reverse=True)
     picks = {}
+    if not candidates or candidates[0][0] == 0:
+        # Every row sits on its center: fewer distinct rows than clusters.
+        # Relocating is pointless, and scikit-learn does not (its fit then
+        # stops, as no center moved).
+        return picks
     for _, client, _ in candidates[:n_empty]:
         picks[client] = picks.get(client, 0) + 1
     return picks
 
 
 def _move_to_farthest_rows(rows, *, centers, sums, counts, empty):
-    """Server step: each empty cluster becomes a far row, which leaves its cluster (as KMeans)."""
+    """Server step: each empty cluster becomes a far row, which leaves its cluster (as KMeans).
+
+    Returns the new centers and which clusters hold rows. A cluster still
+    empty (no row to relocate, or it gave its only row away) takes the center
+    of the largest cluster, as scikit-learn's Lloyd places it.
+    """
     sums, counts = np.array(sums, dtype=np.float64), np.array(counts, dtype=np.int64)
     picked = [
         (float(np.sum((row - centers[label]) ** 2)), client, -i, row, int(label))
@@ -104,14 +114,21 @@ def _move_to_farthest_rows(rows, *, centers, sums, counts, empty):
     ]
     picked.sort(key=lambda p: p[:3], reverse=True)
     new = np.array(centers, dtype=np.float64, copy=True)
+    relocated = []
     for e, (_, _, _, row, old) in zip(empty, picked):
         sums[old] -= row - centers[old]
         counts[old] -= 1
         new[e] = row
-    # The relocated clusters hold no counted row: only the others are means again.
+        relocated.append(e)
+    # The relocated clusters hold no counted row yet: only the others are means again.
     filled = counts > 0
     new[filled] = centers[filled] + sums[filled] / counts[filled, None]
-    return new
+    # The relocated row counts in its new cluster, as its weight does in scikit-learn's.
+    counts[relocated] = 1
+    filled = counts > 0
+    if not filled.all():
+        new[~filled] = new[np.argmax(counts)]
+    return new, filled
 
 
 # --------------------------------------------------------------------------- #
@@ -216,7 +233,7 @@ class ExactIteration:
         new[filled] = centers[filled] + sums[filled] / counts[filled, None]
         everyone = survivors == self.active
         if everyone and not filled.all():
-            new = self.model._relocate(
+            new, filled = self.model._relocate(
                 self.runtime,
                 self.adder,
                 centers,
@@ -227,8 +244,6 @@ class ExactIteration:
                 self._bounds,
                 self._inertia_bound,
             )
-            # A relocated empty cluster holds rows again.
-            filled = filled | np.any(new != centers, axis=1)
         self.model._n_filled = int(filled.sum())
         return new, bool(everyone and int(changed[0]) == 0)
 
@@ -387,6 +402,11 @@ class FederatedKMeans(
         Sum of the squared distances of the rows to their center (a secure sum).
     n_iter_ : int
         Lloyd iterations of the kept run.
+    init_centers_ : ndarray of shape (n_clusters, n_features)
+        The initial centers of the kept run, in float64: public, as every
+        center the server broadcasts. Without differential privacy,
+        ``KMeans(n_clusters, init=init_centers_, n_init=1)`` on the pooled
+        rows gives the same centers and labels.
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -818,8 +838,18 @@ class FederatedKMeans(
         return centers, n_iter
 
     def _relocate(self, runtime, adder, centers, new, sums, counts, clients, bounds, inertia_bound):
+        """Relocate the empty clusters: the new centers and which clusters hold rows."""
         if self.empty_clusters == "farthest-row":
-            return self._relocate_to_farthest_rows(runtime, centers, sums, counts, clients)
+            return self._relocate_to_farthest_rows(runtime, centers, new, sums, counts, clients)
+        new = self._relocate_to_far_rows(
+            runtime, adder, centers, new, sums, counts, clients, bounds, inertia_bound
+        )
+        # A relocated empty cluster holds rows again.
+        return new, (counts > 0) | np.any(new != centers, axis=1)
+
+    def _relocate_to_far_rows(
+        self, runtime, adder, centers, new, sums, counts, clients, bounds, inertia_bound
+    ):
         # The clusters' inertia picks the donors: one more sum, only in an
         # iteration that left a cluster empty (the Lloyd pass skips the squares).
         runtime.stage("server step: empty cluster(s); client step: the clusters' inertia")
@@ -855,7 +885,7 @@ class FederatedKMeans(
             return new
         return _relocate_empty(centers, new, sums, counts, inertia, (donors, far_sums, far_counts))
 
-    def _relocate_to_farthest_rows(self, runtime, centers, sums, counts, clients):
+    def _relocate_to_farthest_rows(self, runtime, centers, new, sums, counts, clients):
         """scikit-learn's rule: each empty cluster takes the next farthest row of the pooled rows.
 
         Two exchanges, only in iterations with empty clusters: every client
@@ -871,6 +901,14 @@ class FederatedKMeans(
             fedkmeans_largest_distances, tag="largest distances", clients=clients
         )
         picks = runtime.server(_farthest_picks, distances, n_empty=len(empty))
+        if not picks:
+            # No row lies off its center: the empty clusters take the largest
+            # cluster's center (scikit-learn's place for them), so no center moves
+            # and the fit stops on the tolerance, after the same iterations as KMeans.
+            filled = np.asarray(counts) > 0
+            new = np.array(new, copy=True)
+            new[~filled] = new[np.argmax(counts)]
+            return new, filled
         chosen = sorted(picks)
         runtime.send({c: picks[c] for c in chosen}, tag=TAG_FARTHEST_PICK)
         rows = runtime.run(fedkmeans_farthest_rows, tag="farthest rows", clients=chosen)
@@ -1045,7 +1083,8 @@ class FederatedKMeans(
             )
             if best is None or inertia < best[0]:
                 best = (inertia, centers, n_iter, r, self.__dict__.pop("_n_filled", len(centers)))
-        self.inertia_, self.cluster_centers_, self.n_iter_, _, n_filled = best
+        self.inertia_, self.cluster_centers_, self.n_iter_, r, n_filled = best
+        self.init_centers_ = np.array(starts[r], dtype=np.float64)
         _warn_if_fewer_clusters(n_filled, self.n_clusters)
         if len(starts) > 1:
             runtime.broadcast(self.cluster_centers_, tag=TAG_CENTERS, clients=active)

@@ -415,8 +415,9 @@ def private_fit(model, runtime, random_state):
             model, runtime, adder, plan, centers, everyone, output=len(starts) == 1
         )
         if best is None or inertia < best[0]:
-            best = (inertia, centers, n_iter)
-    model.inertia_, model.cluster_centers_, model.n_iter_ = best
+            best = (inertia, centers, n_iter, start)
+    model.inertia_, model.cluster_centers_, model.n_iter_, start = best
+    model.init_centers_ = np.array(start, dtype=np.float64)
     # Bounds read from the data are a release no accountant covers: no
     # (epsilon, delta) can be claimed for the fit.
     model.privacy_spent_ = None if model.bounds is None else plan.accountant.spent()

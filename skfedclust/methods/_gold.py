@@ -668,6 +668,9 @@ class GOLDClustering(BaseFederatedClustering):
     9
     """
 
+    # Its prototypes are centers in the input space (labels_ come from the micro-clusters).
+    _centers_in_input_space = True
+
     _parameter_constraints: dict = {
         **BaseFederatedClustering._parameter_constraints,
         "compute_inertia": ["boolean"],
