@@ -19,6 +19,7 @@ from skfedclust.federation import (
     side_by_side,
     summary,
 )
+from skfedclust.node import releases_nothing
 from skfedclust.utils.protocol_checks import check_protocol
 
 
@@ -203,6 +204,7 @@ def test_state_is_read_only_inside_a_step():
 
     runtime = InProcessRuntime(_federation())
     mutate.__qualname__ = "mutate"  # pretend module level to reach the state check
+    releases_nothing(mutate)  # and declared, to pass the gate
     with pytest.raises(TypeError):
         runtime.run(mutate, tag="bad")
 
