@@ -1422,6 +1422,7 @@ DEPLOYMENT_PARAMS = {
     "fedsc": {"n_rounds": 2, "n_components": 3},
     "omnifc": {"n_parties": 5, "n_segments": 1, "n_colluders": 2},
     "fedkmeans": {"max_iter": 2},
+    "fedkmeans-blind": {"max_iter": 2},
 }
 
 
@@ -1521,7 +1522,7 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
             assert policy["allow_clear_sums"] is False
             assert policy["min_rows_per_vector"] == 2 and len(policy["allowed_methods"]) == 10
         checked.append(method)
-    assert len(checked) == 10
+    assert len(checked) == 11
     # One method's run leaves the plain labels-path alone; nothing of the run
     # lands in the app folder, which the next run would bundle.
     assert not (data / "org_0_labels.npy").exists()
@@ -1587,8 +1588,13 @@ def test_the_example_app_checks_its_run_config_before_contacting_nodes():
     finally:
         sys.path.remove(str(EXAMPLE_APP))
     config = {"method": "kfed", "n-clusters": 3, "random-state": 0, "params": "{}"}
-    names = {"kfed", "feca", "mavg", "ffcm", "kumar", "gold", "fedsc", "dc", "omnifc", "fedkmeans"}
+    names = {
+        *("kfed", "feca", "mavg", "ffcm", "kumar", "gold", "fedsc", "dc", "omnifc"),
+        *("fedkmeans", "fedkmeans-blind"),
+    }
     assert set(server_app.METHODS) == names
+    blind = server_app.make_estimator({**config, "method": "fedkmeans-blind"})
+    assert blind.coordinator == "blind"
     for method in names:
         estimator = server_app.make_estimator({**config, "method": method})
         assert hasattr(estimator, "_run_protocol")
@@ -2175,3 +2181,20 @@ def test_a_blind_federated_kmeans_on_flower_starts_from_the_nodes_own_nonces():
     assert adjusted_rand_score(reference.labels_, labels) > 0.99
     assert estimator.communication_["bytes_down"] == 0
     assert estimator.n_iter_ >= 1
+
+
+def test_a_blind_fit_whose_nodes_have_the_simulations_private_seed_is_the_in_process_fit():
+    # The start's seed comes from the nodes' nonces: nodes that draw from the
+    # private seed a simulation gives its parties draw the same, and the fit is
+    # the in-process one (the deployment test relies on it).
+    from skfedclust.federation import use_runtime
+
+    clients = _clients()
+    with use_runtime(_private_runtime(5)):
+        reference = FederatedKMeans(4, coordinator="blind", random_state=0).fit(clients)
+    estimator, memory, _ = _local_fit(
+        FederatedKMeans(4, coordinator="blind", random_state=0), clients, private_seeds=[5] * 4
+    )
+    np.testing.assert_array_equal(estimator.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_array_equal(memory.rows("labels", 4), reference.labels_)
+    _assert_same_communication(estimator.communication_, reference.communication_)

@@ -19,7 +19,8 @@ import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-#: Methods of skfedclust that run on Flower, by the name the run config uses.
+#: Methods of skfedclust that run on Flower, by the name the run config uses: an
+#: estimator class name, or the class name and the parameters that make the variant.
 METHODS = {
     "kfed": "KFed",
     "feca": "FeCA",
@@ -31,6 +32,8 @@ METHODS = {
     "dc": "DCClustering",
     "omnifc": "OmniFCClustering",
     "fedkmeans": "FederatedKMeans",
+    # Lloyd run by the nodes: the coordinator relays sealed uploads, gets the result.
+    "fedkmeans-blind": ("FederatedKMeans", {"coordinator": "blind"}),
 }
 
 app = ServerApp()
@@ -92,10 +95,14 @@ def make_estimators(config):
 
     estimators = []
     for method in methods:
-        cls = getattr(skfedclust, METHODS[method])
+        name, variant = (
+            METHODS[method] if isinstance(METHODS[method], tuple) else (METHODS[method], {})
+        )
+        cls = getattr(skfedclust, name)
         kwargs = {
             "n_clusters": int(config["n-clusters"]),
             "random_state": int(config["random-state"]),
+            **variant,
             **params.get(method, {}),
         }
         try:
