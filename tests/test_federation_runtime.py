@@ -19,7 +19,6 @@ from skfedclust.federation import (
     side_by_side,
     summary,
 )
-from skfedclust.node import releases_nothing
 from skfedclust.utils.protocol_checks import check_protocol
 
 
