@@ -14,14 +14,13 @@ away" of the Security page; the test reads the estimators from it.
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
 import skfedclust
 from skfedclust.federation import InProcessRuntime, use_runtime
 from skfedclust.node import NodePolicy, NodeRefusal
-from skfedclust.node._policy import DEFAULT_RAW_ROW_TOLERANCE, raw_row_matches
+from skfedclust.node._policy import DEFAULT_RAW_ROW_TOLERANCE, _arrays, raw_row_matches
 
 SECURITY = Path(__file__).parents[1] / "doc" / "user_guide" / "security.rst"
 N_CLIENTS, N_PER, D = 4, 60, 3
@@ -72,17 +71,6 @@ class Coordinator(InProcessRuntime):
         received = super().run(step, **kwargs)
         self.payloads += [(client, received[client]) for client in received]
         return received
-
-
-def _arrays(payload):
-    if isinstance(payload, np.ndarray):
-        yield payload
-    elif isinstance(payload, dict):
-        for value in payload.values():
-            yield from _arrays(value)
-    elif isinstance(payload, (list, tuple)):
-        for value in payload:
-            yield from _arrays(value)
 
 
 def _fit(make, policy):

@@ -43,6 +43,7 @@ from skfedclust.node._declarations import (
     summand,
     summary,
 )
+from skfedclust.node._policy import _arrays
 from skfedclust.utils import all_estimators
 
 STEP_PARAMETERS = ["data", "inbox", "state", "party"]
@@ -217,26 +218,7 @@ class RecordingPolicy(NodePolicy):
 
 
 def _float_arrays(payload):
-    if isinstance(payload, np.ndarray):
-        if payload.dtype.kind == "f":
-            yield payload
-    elif isinstance(payload, dict):
-        for value in payload.values():
-            yield from _float_arrays(value)
-    elif isinstance(payload, (list, tuple)):
-        for value in payload:
-            yield from _float_arrays(value)
-
-
-def _arrays(payload):
-    if isinstance(payload, np.ndarray):
-        yield payload
-    elif isinstance(payload, dict):
-        for value in payload.values():
-            yield from _arrays(value)
-    elif isinstance(payload, (list, tuple)):
-        for value in payload:
-            yield from _arrays(value)
+    return (array for array in _arrays(payload) if array.dtype.kind == "f")
 
 
 def _contains_a_row(array, data):
