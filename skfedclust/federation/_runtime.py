@@ -63,6 +63,7 @@ from ..node._contract import (  # noqa: F401  (the step contract, re-exported)
 )
 from ..node._declarations import bound_only, releases_rows, sum_only, summand  # noqa: F401
 from ..node._gate import serve_step
+from ..node._methods import package_method
 from ._ledger import SERVER, Ledger
 
 __all__ = [
@@ -674,8 +675,10 @@ class InProcessRuntime(Runtime):
         if method is None and session is not None:
             method = getattr(session, "_method", None)
         if method is None and name:
-            # The estimator class ("DCClustering.predict" is a run of DCClustering's steps).
-            method = str(name).partition(".")[0] or None
+            # The estimator class ("DCClustering.predict" is a run of DCClustering's
+            # steps); a runtime named otherwise runs a protocol of no known method.
+            candidate = str(name).partition(".")[0]
+            method = candidate if package_method(candidate) is not None else None
         #: The method the parties agreed to (``None``: unknown, a user's own protocol).
         self.method = None if method is None else str(method)
         self._federation = federation
