@@ -157,9 +157,9 @@ REASONS = [
         "category": "hostile",
     },
     # -- platform ----------------------------------------------------------------------
-    {"module": "skfedclust/utils/_memory.py", "scope": "*", "category": "platform"},
+    {"module": "skfedclust/clusterers/_memory.py", "scope": "*", "category": "platform"},
     {
-        "module": "skfedclust/utils/_memory.py",
+        "module": "skfedclust/clusterers/_memory.py",
         "scope": "*",
         "block": "except ",
         "category": "platform",

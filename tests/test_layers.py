@@ -15,11 +15,23 @@ import skfedclust
 
 ROOT = Path(skfedclust.__file__).parent
 
-#: Each package and the package's subpackages and modules it may import.
-ALLOWED = {
-    "node": {"node"},
-    "federation": {"node", "federation", "partition"},
-}
+#: The layers, lowest first: a package imports only packages of lower layers. The
+#: node and the building blocks at the bottom, the runtime above the node, the
+#: privacy primitives (runtime operations) above it, then what federates data, the
+#: methods, and the tools over all of them.
+LAYERS = [
+    {"node", "clusterers", "partition", "datasets"},
+    {"federation"},
+    {"secure"},
+    {"preprocessing", "metrics"},
+    {"methods"},
+    {"utils", "flower"},
+    {"model_selection", "_cli"},
+    {"__main__"},
+]
+RANK = {name: rank for rank, layer in enumerate(LAYERS) for name in layer}
+#: The package root holds only its version and lazy names.
+ROOT_NAMES = {"(top)", "__version__"}
 
 
 def _imported(path, root=ROOT):
@@ -43,13 +55,36 @@ def _imported(path, root=ROOT):
     return names
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_a_package_imports_only_what_lies_below_it(package):
-    outside = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        extra = _imported(path) - ALLOWED[package]
-        if extra:
-            outside[str(path.relative_to(ROOT))] = sorted(extra)
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts == ("__init__.py",):
+            continue
+        yield (relative.parts[0] if len(relative.parts) > 1 else relative.stem), path
+
+
+def test_every_package_has_a_layer():
+    assert {package for package, _ in _modules()} <= set(RANK)
+
+
+def test_a_package_imports_only_what_lies_below_it():
+    upward = {}
+    for package, path in _modules():
+        for target in _imported(path) - {package}:
+            # The tools over every method read the package's names from its root.
+            if target in ROOT_NAMES and RANK[package] >= RANK["utils"]:
+                continue
+            if target in ROOT_NAMES or RANK.get(target, len(LAYERS)) >= RANK[package]:
+                upward.setdefault(str(path.relative_to(ROOT)), []).append(target)
+    assert not upward, upward
+
+
+def test_the_node_imports_nothing_of_the_package_outside_itself():
+    outside = {
+        str(path.relative_to(ROOT)): sorted(_imported(path) - {"node"})
+        for package, path in _modules()
+        if package == "node" and _imported(path) - {"node"}
+    }
     assert not outside, outside
 
 

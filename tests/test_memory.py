@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from skfedclust.utils import _memory
-from skfedclust.utils._memory import (
+from skfedclust.clusterers import _memory
+from skfedclust.clusterers._memory import (
     AVAILABLE_MEMORY_ENV,
     InsufficientMemoryError,
     available_memory,
@@ -181,8 +181,8 @@ def test_cgroup_v1_memory_controller(tmp_path):
 _UNDER_ULIMIT = """
 import resource
 import numpy as np
-from skfedclust.utils._memory import InsufficientMemoryError, available_memory
-from skfedclust.utils._memory import check_dense_memory
+from skfedclust.clusterers._memory import InsufficientMemoryError, available_memory
+from skfedclust.clusterers._memory import check_dense_memory
 
 mapped = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize:")]
 mapped = int(mapped[0]) * 1024  # the kernel reports kB
@@ -225,7 +225,7 @@ _OMNIFC_UNDER_ULIMIT = """
 import resource
 import numpy as np
 from skfedclust import OmniFCClustering
-from skfedclust.utils._memory import InsufficientMemoryError
+from skfedclust.clusterers._memory import InsufficientMemoryError
 
 X = np.random.default_rng(0).normal(size=(6000, 4))
 mapped = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize:")]
@@ -261,7 +261,7 @@ def test_a_dense_method_refuses_before_running_out_under_ulimit_v(monkeypatch):
 
 
 def test_release_free_heap_trims_with_glibc_and_is_a_no_op_without(monkeypatch):
-    import skfedclust.utils._memory as memory
+    import skfedclust.clusterers._memory as memory
 
     calls = []
     monkeypatch.setattr(memory, "_malloc_trim", lambda: calls.append)

@@ -36,7 +36,7 @@ from skfedclust.secure import (
 )
 from skfedclust.secure._lcc_offset import DataHolderDroppedError
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
-from skfedclust.utils._memory import AVAILABLE_MEMORY_ENV
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 

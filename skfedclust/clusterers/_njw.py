@@ -35,7 +35,7 @@ from sklearn.cluster import KMeans
 from sklearn.utils import check_array, check_random_state
 from threadpoolctl import threadpool_limits
 
-from ..utils._memory import check_dense_memory
+from ._memory import check_dense_memory
 
 __all__ = [
     "knn_graph",

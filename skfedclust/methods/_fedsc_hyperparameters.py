@@ -19,7 +19,7 @@ from scipy.spatial.distance import cdist
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from ..utils._memory import check_dense_memory
+from ..clusterers._memory import check_dense_memory
 from ._fedsc_core import BLOCK_ROWS, MAX_SAMPLES, _as_rows, gaussian_kernel
 
 __all__ = [

@@ -22,7 +22,7 @@ from ..secure._lcc import LCCSetup, lcc_exchange, lcc_query_distances
 from ..secure._lcc_coding import _data_bounds, decoding_threshold, precision_is_safe
 from ..secure._lcc_offset import agree_scale
 from ..secure._lcc_sinks import NeighbourSink, neighbour_sink_bytes
-from ..utils._memory import check_dense_memory
+from ..clusterers._memory import check_dense_memory
 from ._base import BaseFederatedClustering
 from ._omnifc_cluster import (
     CLUSTERERS,

@@ -63,7 +63,7 @@ from ..federation import (
 )
 from ..federation._runtime import _thread_controller
 from ..node._declarations import coded_shares
-from ..utils._memory import check_dense_memory, release_free_heap
+from ..clusterers._memory import check_dense_memory, release_free_heap
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,

@@ -333,7 +333,7 @@ def check_dense_memory(
 
     Examples
     --------
-    >>> from skfedclust.utils._memory import check_dense_memory
+    >>> from skfedclust.clusterers._memory import check_dense_memory
     >>> check_dense_memory(1000, 1000, n_copies=2, what="D", available=10**9)
     16000000
     """
