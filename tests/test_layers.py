@@ -9,8 +9,6 @@ specs; function-level imports count, since that is where a cycle hides.
 import ast
 from pathlib import Path
 
-import pytest
-
 import skfedclust
 
 ROOT = Path(skfedclust.__file__).parent

@@ -22,6 +22,7 @@ from sklearn.preprocessing import StandardScaler, normalize
 
 from skfedclust import OmniFCClustering
 from skfedclust.clusterers import FuzzyCMeans, HierarchicalLinkage, KMedoids
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.federation import InProcessRuntime, use_runtime
 from skfedclust.methods._omnifc_cluster import PEAK_COPIES
 from skfedclust.metrics import kappa
@@ -36,7 +37,6 @@ from skfedclust.secure import (
 )
 from skfedclust.secure._lcc_offset import DataHolderDroppedError
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
-from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import RecordingRuntime, check_protocol, recording_runtime
 
 

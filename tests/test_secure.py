@@ -10,6 +10,7 @@ import pytest
 from _byte_formulas import offset_sum_bytes
 from scipy import stats
 
+from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.secure import (
     DEFAULT_PRIME,
@@ -35,7 +36,6 @@ from skfedclust.secure._lcc import (
 from skfedclust.secure._lcc_coding import MAX_PRECISION, precision_is_safe
 from skfedclust.secure._secure_sum import TAG_UNMASK
 from skfedclust.secure._secure_sum import TAG_UPLOAD as TAG_SUM_UPLOAD
-from skfedclust.clusterers._memory import AVAILABLE_MEMORY_ENV
 from skfedclust.utils.protocol_checks import RecordingRuntime, remove_self_masks
 
 MERSENNE = 2**31 - 1

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..clusterers._memory import check_dense_memory
 from ..federation import Federation, InProcessRuntime, Reply, releases_nothing
 from ..partition import IIDPartition
 from ..secure._field import DEFAULT_PRIME
@@ -22,7 +23,6 @@ from ..secure._lcc import LCCSetup, lcc_exchange, lcc_query_distances
 from ..secure._lcc_coding import _data_bounds, decoding_threshold, precision_is_safe
 from ..secure._lcc_offset import agree_scale
 from ..secure._lcc_sinks import NeighbourSink, neighbour_sink_bytes
-from ..clusterers._memory import check_dense_memory
 from ._base import BaseFederatedClustering
 from ._omnifc_cluster import (
     CLUSTERERS,

@@ -54,6 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from sklearn.utils import check_array, check_random_state
 
+from ..clusterers._memory import check_dense_memory, release_free_heap
 from ..federation import (
     Federation,
     InProcessRuntime,
@@ -63,7 +64,6 @@ from ..federation import (
 )
 from ..federation._runtime import _thread_controller
 from ..node._declarations import coded_shares
-from ..clusterers._memory import check_dense_memory, release_free_heap
 from ._field import (
     DEFAULT_PRIME,
     ModularProduct,
