@@ -51,6 +51,8 @@ def _party(policy, data):
 
 def per_step(repeats):
     data = np.random.default_rng(0).normal(size=(20_000, 10))
+    # Read-only, as the runtimes hand a node its rows: the node indexes them once.
+    data.flags.writeable = False
     rows = []
     for name, policy in (
         ("simulated", NodePolicy.simulation()),
