@@ -16,10 +16,13 @@ neither.
 from ._declarations import (
     RELEASE_KINDS,
     bound_only,
+    coded_shares,
     data_independent,
     declared_releases,
     dp_release,
+    masked_sum,
     on_private_rows,
+    peer_masked,
     releases_nothing,
     releases_rows,
     sum_only,
@@ -27,6 +30,7 @@ from ._declarations import (
     summary,
 )
 from ._dp import MIN_SURVIVORS, charge_node, private_normal
+from ._gate import admit_step, serve_step
 from ._ledger import NodeLedger, data_fingerprint, ledger_summaries, reset_ledger
 from ._node_config import NODE_CONFIG_FIELDS, NodeConfigField, check_node_config
 from ._policy import (
@@ -52,6 +56,8 @@ __all__ = [
     "PRIVATE_ROWS",
     "RELEASE_KINDS",
     "RULES",
+    "admit_step",
+    "serve_step",
     "NodeConfigField",
     "NodeLedger",
     "NodePolicy",
@@ -60,6 +66,9 @@ __all__ = [
     "SumRefusal",
     "agreed_method",
     "bound_only",
+    "coded_shares",
+    "masked_sum",
+    "peer_masked",
     "charge_node",
     "charged_to_node",
     "check_node_config",
