@@ -6,7 +6,7 @@ node's policy (:class:`NodePolicy`, its operator's node config) says what it
 accepts; the secure-sum guard (:class:`SumRecord`) and the privacy ledger
 (:class:`NodeLedger`) remember what it already revealed; its DP budget is
 charged before any noise is drawn. Every refusal is a :class:`NodeRefusal`
-naming its rule in :data:`RULES`.
+naming its rule in ``RULES``.
 
 This package sits below the runtimes: ``skfedclust.federation`` (in process)
 and ``skfedclust.flower`` both serve client steps through it, and it imports

@@ -221,7 +221,7 @@ def dp_release(step):
     The step computes the release's sensitivity from parameters the node
     enforces itself (its public box, projected server inputs), charges the
     node's accountant before drawing the noise and keeps the accountant
-    (:data:`~skfedclust.node.NODE_ACCOUNTANT`); the gate refuses a reply of
+    (``NODE_ACCOUNTANT``); the gate refuses a reply of
     such a step that charged nothing on a node with a budget.
     """
     return _declare(step, "dp-release")

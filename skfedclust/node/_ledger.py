@@ -132,7 +132,7 @@ def _unknown(fit, slot):
 def _isolates(earlier, current, minimum, *, fits=None, fit=None):
     """Whether a sum over ``current`` (identities) gives clients away with the ``earlier`` sets.
 
-    :func:`~skfedclust.node._sum_guard.isolated_clients`, failing closed on
+    ``isolated_clients``, failing closed on
     slots of unknown identity: any number of them may be the same node, so a
     set of another fit (``fits[k]`` for ``earlier[k]``, this fit ``fit``) that
     differs from ``current`` by one is refused however large the difference looks.
@@ -521,7 +521,7 @@ class NodeLedger:
             Rule ``one-sum-per-input``: with the sums of ``keys`` on record
             (of any fit), this one would make a group of between 1 and
             ``minimum - 1`` clients the server could isolate
-            (:func:`~skfedclust.node._sum_guard.isolated_clients`).
+            (``isolated_clients``).
         """
         with self.locked():
             record = self._read()

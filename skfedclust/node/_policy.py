@@ -22,7 +22,7 @@ node therefore checks each request against its own policy before it answers:
     sums in the clear from which the server computes such a row (a reply's
     ``reveals``: a cluster's mean from its sum of deviations from a public
     center); ``strict`` also in the steps whose method releases rows by design
-    (:func:`~skfedclust.federation.releases_rows`, listed on the Security
+    (``releases_rows``, listed on the Security
     page); ``false`` turns the check off.
 ``raw-row-tolerance``
     How close to one of its rows, in units of each feature's spread on the
@@ -69,7 +69,7 @@ node therefore checks each request against its own policy before it answers:
 ``allow-clear-sums``
     ``false`` (the default): the node refuses to run on its own a step whose
     message is one client's statistic made to be added
-    (:func:`~skfedclust.federation.summand`: per-cluster sums, moments,
+    (``summand``: per-cluster sums, moments,
     inertias): it sends such a statistic only inside a secure sum, where the
     server learns the total. ``true`` lets the coordinator ask for it in the
     clear (the estimators' ``secure_aggregation=False``).
@@ -95,7 +95,7 @@ node therefore checks each request against its own policy before it answers:
     once and then missing or damaged is refused (rule ``ledger-damaged``);
     only its operator resets it (``python -m skfedclust.flower ledger
     reset``, or deleting the directory). By default the per-user
-    state directory (:func:`default_ledger_directory`:
+    state directory (``default_ledger_directory``:
     ``$SKFEDCLUST_STATE_DIR/ledger``, else
     ``$XDG_STATE_HOME/skfedclust/ledger``, else
     ``~/.local/state/skfedclust/ledger``). ``none`` keeps no ledger, which
@@ -103,7 +103,7 @@ node therefore checks each request against its own policy before it answers:
     starts fit after fit can take the difference of two sums of them.
 ``max-fits``
     With a ledger: the most fits the node takes part in, all its data sets
-    together (:data:`DEFAULT_MAX_FITS`, 100, by default; set it higher to
+    together (``DEFAULT_MAX_FITS``, 100, by default; set it higher to
     allow more); a fit beyond it is refused at the handshake (rule
     ``max-fits``).
 ``allow-row-release``
@@ -371,7 +371,7 @@ class NodePolicy:
         The neighbouring relation of that budget (``"add-remove"`` is refused:
         the node's row count is public).
     allow_clear_sums : bool, default=False
-        Run summands (:func:`~skfedclust.federation.summand`) on their own,
+        Run summands (``summand``) on their own,
         sending one client's statistic in the clear.
     max_bound_queries : int or None, default=8
         Bound agreements per fit and step with different inputs (``None`` or
@@ -379,12 +379,12 @@ class NodePolicy:
     privacy_ledger : str, path-like, None or False, default=None
         The node's ledger directory: its budget, its count of fits and its
         secure sums' record hold across all the node's fits. ``None``: the
-        per-user state directory (:func:`default_ledger_directory`, read
+        per-user state directory (``default_ledger_directory``, read
         when the ledger is used); ``False`` or ``"none"``: no ledger (the
         budget and the sums' rules are per fit, a weaker node).
     max_fits : int or None, default=None
         With ``privacy_ledger``: the most fits of the node (``None``:
-        :data:`DEFAULT_MAX_FITS`).
+        ``DEFAULT_MAX_FITS``).
     dp_trusted_shares : int, default=1
         How many clients' shares of a release's noise the node counts on: it
         adds ``sigma / sqrt(dp_trusted_shares)`` whatever the coordinator
@@ -473,7 +473,7 @@ class NodePolicy:
         passes ``NodePolicy()`` (a node's defaults) to the runtime.
 
         A simulated party counts on every noise share the estimator announces
-        (``dp_trusted_shares`` = :data:`SIMULATION_TRUSTED_SHARES`): the
+        (``dp_trusted_shares`` = ``SIMULATION_TRUSTED_SHARES``): the
         collusion a node's ``dp-trusted-shares`` guards against is of other
         participants with the coordinator, all of them the user here. So a
         simulated ``privacy="dp"`` fit shares the noise among the clients of
@@ -504,7 +504,7 @@ class NodePolicy:
         misspelt one) or a value its field cannot take (empty, ``'abc'``,
         ``'nan'``, fractional for a count, out of range, a flag that is not
         true or false) is refused, naming the field
-        (:func:`~skfedclust.node._node_config.check_node_config`).
+        (``check_node_config``).
 
         Parameters
         ----------
@@ -565,7 +565,7 @@ class NodePolicy:
         Returns
         -------
         ledger : NodeLedger or None
-            With ``max-fits`` if set, else :data:`DEFAULT_MAX_FITS`.
+            With ``max-fits`` if set, else ``DEFAULT_MAX_FITS``.
         """
         directory = self.privacy_ledger
         if directory is None or data is None:
@@ -604,9 +604,9 @@ class NodePolicy:
 
         Two rules: the step belongs to a method the policy allows (or to a
         shared module), and, when ``method`` (the method this node agreed to
-        at the handshake; by default the one of :func:`agreed_method`'s
+        at the handshake; by default the one of ``agreed_method``'s
         context) is given, a step of the package belongs to that method
-        (:func:`method_step_modules`): a coordinator that announced a k-FED
+        (``method_step_modules``): a coordinator that announced a k-FED
         fit cannot have the node run FFCM's seeding step, which uploads rows,
         nor OmniFC's offset step, which sends exact column sums. A step
         belongs to the module that defines it, whatever module its name goes
@@ -661,7 +661,7 @@ class NodePolicy:
         from its sum of deviations from a center the server chose, so that a
         center placed to catch one row does not get that row back in the
         clear). A step declared with
-        :func:`~skfedclust.federation.releases_rows` (its method releases
+        ``releases_rows`` (its method releases
         row-level values by design, as the Security page lists) runs only for
         a method the operator names in ``allow-row-release`` (rule
         ``row-release``); so allowed, it is exempt from both rules unless the

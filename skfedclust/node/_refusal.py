@@ -1,9 +1,9 @@
 """A node's refusal, and the table of the rules a node enforces.
 
 Every refusal a node makes is a :class:`NodeRefusal` (a
-:class:`PermissionError`) carrying the name of its rule; :data:`RULES` lists
+:class:`PermissionError`) carrying the name of its rule; ``RULES`` lists
 each rule with what it guards and the node-config field that sets it. The
-Security page renders its rule table from :data:`RULES`, so the page and the
+Security page renders its rule table from ``RULES``, so the page and the
 code cannot disagree.
 """
 
@@ -116,7 +116,7 @@ class NodeRefusal(PermissionError):
     Parameters
     ----------
     rule : str
-        The name of the rule (a key of :data:`RULES`).
+        The name of the rule (a key of ``RULES``).
     message : str
         What was refused and why.
 
@@ -136,7 +136,7 @@ class NodeRefusal(PermissionError):
 
 
 def refuse(rule, message):
-    """Raise a :class:`NodeRefusal` of ``rule`` (which must be in :data:`RULES`)."""
+    """Raise a :class:`NodeRefusal` of ``rule`` (which must be in ``RULES``)."""
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}")
     raise NodeRefusal(rule, message)

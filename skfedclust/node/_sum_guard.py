@@ -8,7 +8,7 @@ and the threshold floor from the sum's public parameters itself, refuses a
 sum that breaks one of its rules, and keeps, for the whole fit, a typed
 record of the sums it took part in: which sum is open, at which stage, which
 announcement it attested, and the inputs of every sum it joined. A refusal is
-a :class:`SumRefusal` (a :class:`PermissionError`) naming its rule.
+a ``SumRefusal`` (a :class:`PermissionError`) naming its rule.
 
 The rules (each has a test in ``tests/test_secure_sum_attacks.py``):
 
