@@ -517,7 +517,7 @@ class NodeLedger:
 
         Raises
         ------
-        SumRefusal
+        skfedclust.node.SumRefusal
             Rule ``one-sum-per-input``: with the sums of ``keys`` on record
             (of any fit), this one would make a group of between 1 and
             ``minimum - 1`` clients the server could isolate
@@ -553,7 +553,7 @@ class NodeLedger:
 
         Raises
         ------
-        SumRefusal
+        skfedclust.node.SumRefusal
             Rule ``one-sum-per-input``: with the survivors of the sums of
             ``keys`` on record, these would make a group of between 1 and
             ``minimum - 1`` clients the server could isolate.
