@@ -278,3 +278,14 @@ def test_options_the_blind_protocol_does_not_run_are_refused_before_any_exchange
             FederatedKMeans(4, coordinator="blind", partition=4, **params).fit(X)
     with pytest.raises(ValueError, match="at least 3 clients"):
         FederatedKMeans(4, coordinator="blind", partition=2).fit(X)
+
+
+def test_a_node_with_fewer_rows_than_the_result_has_centers_still_takes_part():
+    # The result is the federation's, not the node's summary: a node of three rows
+    # releases four global centers (each backed by enough rows and clients).
+    X = _blobs()
+    small = [X[:3], X[3:200], X[200:300], X[300:]]
+    Recording.built = []
+    with use_runtime(Deployed):
+        est = FederatedKMeans(4, coordinator="blind", random_state=0).fit(small)
+    assert est.cluster_centers_.shape == (4, 4)

@@ -44,11 +44,12 @@ import hashlib
 import numpy as np
 
 from ..federation import Reply, reads
-from ..node._declarations import data_independent, peer_masked, summary
+from ..node._declarations import peer_masked, result, summary
 from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
-from ._kfed import kfed_local_centers, weighted_kmeans_on_centers
+from ._ffcm import ffcm_local_centers
+from ._kfed import weighted_kmeans_on_centers
 from ._lloyd_pass import lloyd_pass
 
 TAG_SETUP = "blind set-up"
@@ -259,18 +260,12 @@ def blind_setup_step(
     nonce = party.secret_bytes(32)
     start = None
     if init is None:
-        local = kfed_local_centers(
-            data,
-            inbox,
-            state,
-            party,
-            n_clusters=n_clusters,
-            solver="kmeans",
-            n_init=1,
-            max_iter=max_iter,
-            send_sizes=True,
-        ).send
-        start = (np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64))
+        # Local k-means with at most one center per min-rows-per-vector of the
+        # node's rows, none of them a row: what its policy lets it tell its peers
+        # (a node too small for any sends none).
+        local = ffcm_local_centers(data, inbox, state, party, n_centers=n_clusters).send
+        if local is not None:
+            start = (np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64))
     parameters = _digest(
         repr((int(n_clusters), int(n_init), int(max_iter), float(tol), participants)).encode(),
         b"" if init is None else np.asarray(init, dtype=np.float64),
@@ -312,7 +307,9 @@ def blind_setup_step(
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
 
 
-@data_independent
+# The nonce and the transcript are data-independent; the binary order of the
+# node's largest deviation from the pooled mean is a per-client summary.
+@summary
 @reads(TAG_SETUP)
 def blind_reveal_step(data, inbox, state, party):
     """Round 2: check the set-up, reveal the nonce, send the binary order of the rows' spread.
@@ -399,6 +396,13 @@ def _starts(kept, seed):
     if kept["init"] is not None:
         return [kept["init"]]
     pooled = [kept["local"][p] for p in sorted(kept["local"])]
+    n_local = sum(len(centers) for centers, _ in pooled)
+    if n_local < kept["n_clusters"]:
+        raise ValueError(
+            f"the participants shared {n_local} local centers (each backed by enough rows "
+            f"of its node), fewer than n_clusters={kept['n_clusters']}: fit fewer clusters "
+            "or pass an array init"
+        )
     return [
         weighted_kmeans_on_centers(
             pooled,
@@ -594,7 +598,7 @@ def _advance(kept, totals):
             run.done = True
 
 
-@summary
+@result
 @reads(TAG_ROUND)
 def blind_release_step(data, inbox, state, party):
     """The release: the final centers, sizes, ``n_iter`` and inertia, to the coordinator.

@@ -67,6 +67,7 @@ __all__ = [
     "peer_masked",
     "releases_nothing",
     "releases_rows",
+    "result",
     "sum_only",
     "summand",
     "summary",
@@ -97,6 +98,11 @@ RELEASE_KINDS = {
         "every node opens, and the coordinator relays it sealed"
     ),
     "nothing": "no message at all (state, or its own user's labels): any send is refused",
+    "result": (
+        "the federation's result, computed over every node (the blind k-means' centers): "
+        "not counted as the node's vectors, each cluster's backing checked by the step, "
+        "still searched for the node's rows"
+    ),
     "masked-sum": (
         "a secure sum's upload: a summand under pairwise masks; only the total over the "
         "participants opens, under the secure sum's rules"
@@ -116,6 +122,7 @@ _ROW_LEVEL = (
     "peer-masked",
     "masked-sum",
     "coded-shares",
+    "result",
 )
 
 #: ``kind: kinds it excludes on the same step``. A step that sends nothing, or
@@ -291,6 +298,18 @@ def peer_masked(step):
     nodes add the uploads themselves. Nothing of it goes to the coordinator.
     """
     return _declare(step, "peer-masked")
+
+
+def result(step):
+    """Declare a client step that releases the federation's result, computed over every node.
+
+    The coordinator-blind k-means' centers are every node's rows' means, not
+    this node's summary: the node does not count them against its own rows
+    (``min-rows-per-vector``); the step checks that each released cluster is
+    backed by enough rows and clients, and the node still searches what it
+    sends for its rows.
+    """
+    return _declare(step, "result")
 
 
 def masked_sum(step):

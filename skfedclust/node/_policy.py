@@ -707,6 +707,10 @@ class NodePolicy:
         if callable(reveals):
             # Computed only where they are searched.
             reveals = reveals() if self.refuse_raw_rows else None
+        # The federation's result (the blind k-means' centers, computed over every
+        # node) is not this node's summary: its clusters' backing is checked by the
+        # step itself; it is still searched for the node's rows.
+        global_result = "result" in declared_releases(_resolved(step))
         for payload, counted in ((to_server, True), (to_peers, False), (reveals, False)):
             for array in _arrays(payload):
                 # Floats only: the node's rows are float64; integer arrays are counts,
@@ -716,7 +720,7 @@ class NodePolicy:
                 vectors = array.reshape(1, -1) if array.ndim == 1 else array
                 if vectors.ndim != 2 or vectors.shape[1] != width:
                     continue
-                if counted and array.ndim == 2:
+                if counted and array.ndim == 2 and not global_result:
                     self._check_count(vectors.shape[0], n_rows, name, declared)
                 # One feature: any statistic of it is some row's value; nothing to tell.
                 if self.refuse_raw_rows and width > 1:

@@ -50,10 +50,14 @@ def save_output(node_config, key, values):
     ``labels-path='/data/org_0_labels.npy'`` gives
     ``/data/kfed-org_0_labels.npy``.
     """
-    method, dash, base = key.partition("-")
-    if f"{key}-path" not in node_config and dash and f"{base}-path" in node_config:
-        path = Path(str(node_config[f"{base}-path"]))
-        return FileWriter(str(path.with_name(f"{method}-{path.name}")))(node_config, key, values)
+    # The method's name may hold dashes itself (fedkmeans-blind): the plain key is
+    # the first tail of the key that has a path of its own.
+    for i in (i for i, c in enumerate(key) if c == "-" and f"{key}-path" not in node_config):
+        method, base = key[:i], key[i + 1 :]
+        if f"{base}-path" in node_config:
+            path = Path(str(node_config[f"{base}-path"]))
+            target = str(path.with_name(f"{method}-{path.name}"))
+            return FileWriter(target)(node_config, key, values)
     if f"{key}-path" in node_config or "partition-id" not in node_config:
         return FileWriter()(node_config, key, values)
     target = SIMULATION_OUTPUT.expanduser() / f"{key}_{node_config['partition-id']}.npy"
