@@ -20,6 +20,7 @@ import contextlib
 import numpy as np
 
 from ..federation import InProcessRuntime, Received, use_runtime
+from ..node._policy import _arrays
 
 __all__ = ["RecordingRuntime", "check_protocol", "recording_runtime", "remove_self_masks"]
 
@@ -77,18 +78,6 @@ def remove_self_masks(uploads, reveals):
         masked = np.asarray(uploads[c][0], dtype=np.uint64)
         opened[c] = masked - _self_mask(shamir_combine(shares), masked.size)
     return opened
-
-
-def _arrays(obj):
-    """Every ndarray inside a payload (tuples, lists, dicts)."""
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _arrays(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _arrays(v)
 
 
 def _sent_arrays(runtime):
