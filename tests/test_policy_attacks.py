@@ -338,3 +338,26 @@ def test_a_deployed_node_refuses_an_invertible_dc_map():
         DCClustering(3, random_state=0).fit(clients)
     with deployed(dc_full_rank_maps=True, **dc):
         DCClustering(3, n_components_intermediate=None, random_state=0).fit(clients)
+
+
+def test_integer_vectors_of_the_nodes_width_are_values_too():
+    # A summary whose vectors are integers (rows of integer data, rounded) is
+    # counted and searched for rows as floats are; the words of a masked sum are not.
+    from skfedclust.federation import Reply
+    from skfedclust.node import NodePolicy, NodeRefusal, masked_sum, summary
+
+    @summary
+    def rows_as_integers(data, inbox, state, party):
+        return Reply(send=np.rint(data[:2]).astype(np.int64))
+
+    @masked_sum
+    def masked_words(data, inbox, state, party):
+        return Reply(send=np.rint(data[:2]).astype(np.uint64))
+
+    data = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 10.0], [2.0, 9.0, 1.0]])
+    data.flags.writeable = False
+    policy = NodePolicy(privacy_ledger="none")
+    sent = np.rint(data[:2]).astype(np.int64)
+    with pytest.raises(NodeRefusal, match="raw-row"):
+        policy.check_outgoing(data, sent, {}, rows_as_integers)
+    policy.check_outgoing(data, np.rint(data[:2]).astype(np.uint64), {}, masked_words)

@@ -710,12 +710,16 @@ class NodePolicy:
         # The federation's result (the blind k-means' centers, computed over every
         # node) is not this node's summary: its clusters' backing is checked by the
         # step itself; it is still searched for the node's rows.
-        global_result = "result" in declared_releases(_resolved(step))
+        kinds = declared_releases(_resolved(step))
+        global_result = "result" in kinds
+        # Integers are values too: a matrix of integer vectors of the node's width
+        # is counted and searched like floats, except where the declaration says
+        # they are masked words, ring elements or coded shares (a one-dimensional
+        # integer array is a count or a histogram).
+        masked = bool(kinds & _MASKED_KINDS)
         for payload, counted in ((to_server, True), (to_peers, False), (reveals, False)):
             for array in _arrays(payload):
-                # Floats only: the node's rows are float64; integer arrays are counts,
-                # histograms, masked sums and shares.
-                if array.dtype.kind != "f" or array.size == 0:
+                if array.size == 0 or not _rules_look_at(array, masked):
                     continue
                 vectors = array.reshape(1, -1) if array.ndim == 1 else array
                 if vectors.ndim != 2 or vectors.shape[1] != width:
@@ -830,6 +834,17 @@ def _holds_values(payload):
         return any(_holds_values(v) for v in payload)
     # Numbers, bools, strings, bytes, numpy scalars, anything else.
     return True
+
+
+#: Kinds whose integers are masked words, ring elements or coded shares, not values.
+_MASKED_KINDS = frozenset({"masked-sum", "peer-masked", "coded-shares", "data-independent"})
+
+
+def _rules_look_at(array, masked):
+    """Whether the rules on vectors look at ``array``: floats, or a matrix of integers."""
+    if array.dtype.kind == "f":
+        return True
+    return array.dtype.kind in "iu" and array.ndim == 2 and not masked
 
 
 def _resolved(step):
