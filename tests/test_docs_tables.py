@@ -9,12 +9,9 @@ parses every page with docutils alone (no Sphinx build) and checks each table's 
 from pathlib import Path
 
 import pytest
-
-docutils = pytest.importorskip("docutils")
-
-from docutils import nodes  # noqa: E402
-from docutils.core import publish_doctree  # noqa: E402
-from docutils.parsers.rst import Directive, directives  # noqa: E402
+from docutils import nodes
+from docutils.core import publish_doctree
+from docutils.parsers.rst import Directive, directives
 
 DOC = Path(__file__).resolve().parents[1] / "doc"
 #: Written by the build (sphinx-gallery, autosummary, conf.py), or templates rather than
