@@ -76,7 +76,7 @@ def serve_step(step, data, inbox, state, party, public, *, method=None, run=call
         The client step.
     data : ndarray or None
         The node's rows.
-    inbox : Inbox
+    inbox : mapping
         The messages delivered to the node for this step.
     state : mapping
         What the node kept (the step gets it read-only through ``run``).
