@@ -69,6 +69,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from ..federation import Reply
 from ..federation._runtime import Inbox, reads
+from ..node._contract import client_step_name, resolve_client_step
 from ..node._declarations import data_independent, masked_sum
 from ..node._dp import MIN_SURVIVORS, inside_secure_sum
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, PAID_SUMMAND, charged_to_node
@@ -601,11 +602,8 @@ def _run_summand(inner, inner_public, data, inbox, state, party, participants):
     statistic over fewer clients look new. Returns ``(step, reply, messages
     it read, its state view)``.
     """
-    from ..federation._runtime import resolve_client_step
-
-    # The summand is a step the node runs: it belongs to the agreed method
-    # (or a shared module) as any step does, whatever step wraps it.
-    party.policy.check_step(str(inner))
+    # The node's gate checks a step named here against its policy and the agreed
+    # method (resolve_client_step while the step is served), as any step.
     summand = resolve_client_step(inner, role="summand")
     messages = server_messages(inbox, _OWN_TAGS | _per_client_tags(summand, inner_public))
     reading = _ReadingInbox(inbox)
@@ -692,8 +690,6 @@ def _plaintext_keys(step, arrays, public):
 
 def _per_client_tags(step, public):
     """Server messages ``step`` (or the step it wraps, by name) declares as per client."""
-    from ..federation._runtime import resolve_client_step
-
     tags = set(getattr(step, "__skfedclust_per_client__", ()))
     wrapped = public.get("inner") if isinstance(public, dict) else None
     if isinstance(wrapped, str):
@@ -1126,7 +1122,6 @@ class SecureAggregator:
         survivors : list of int
             The clients whose vectors are in the sum.
         """
-        from ..federation._runtime import client_step_name
 
         self.setup()
         runtime = self.runtime

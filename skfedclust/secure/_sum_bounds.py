@@ -23,6 +23,7 @@ import numbers
 import numpy as np
 
 from ..federation import Reply
+from ..node._contract import resolve_client_step
 from ..node._declarations import on_private_rows, sum_only
 from ..node._policy import PRIVATE_ROWS
 from ..node._sum_guard import SumRefusal, keyed_by_inputs, public_digest
@@ -53,10 +54,8 @@ def exponent_histogram_step(data, inbox, state, party, *, inner, inner_public, c
     have their largest entry in each power-of-two range (of ``coarseness``
     binary orders), and not which ones.
     """
-    from ..federation._runtime import resolve_client_step
-
-    # The bounded step is a step the node runs: it belongs to the agreed method.
-    party.policy.check_step(str(inner))
+    # The node's gate checks a step named here against its policy and the agreed
+    # method (resolve_client_step while the step is served), as any step.
     step = resolve_client_step(inner, role="bound")
     _refuse_on_a_budget(step, state, party, inner)
     reply = step(data, inbox, state, party, **inner_public)
@@ -199,10 +198,8 @@ def column_exponent_histogram_step(
     The distance ``top - e`` (``e`` the binary exponent of the column's largest
     entry) is clipped to ``[0, window - 1]`` and grouped by ``coarseness``.
     """
-    from ..federation._runtime import resolve_client_step
-
-    # The bounded step is a step the node runs: it belongs to the agreed method.
-    party.policy.check_step(str(inner))
+    # The node's gate checks a step named here against its policy and the agreed
+    # method (resolve_client_step while the step is served), as any step.
     step = resolve_client_step(inner, role="bound")
     _refuse_on_a_budget(step, state, party, inner)
     reply = step(data, inbox, state, party, **inner_public)
