@@ -15,7 +15,8 @@ import warnings
 
 import numpy as np
 from sklearn import datasets as sk_datasets
-from sklearn.cluster import KMeans
+from sklearn.base import clone
+from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.preprocessing import StandardScaler
 
@@ -48,7 +49,7 @@ STARTS = {
     "FederatedFuzzyCMeans": lambda est: _ffcm_start(est.get_params()["init"]),
     "FederatedKMeans": (
         "init='auto': local k-means on every client, weighted k-means++ (10 restarts) "
-        "on the local centers by the server; the start is init_centers_"
+        "on the local centers, run by the nodes (coordinator blind: the start stays on them)"
     ),
     "GOLDClustering": "competitive penalized learning from many seeds on every client",
     "KFed": "local k-means; seeds: one client's centers, then the farthest local centers",
@@ -56,9 +57,12 @@ STARTS = {
     "MAvg": "k-means++ (10 restarts) on every client; centroids matched and averaged",
     "OmniFCClustering": "spectral clustering of the exact distances (k-means on the embedding)",
     "KMeans (centralized)": "k-means++ on the pooled rows, best of 10 restarts",
+    "FederatedKMeans (same start)": (
+        "k-means++ on the pooled rows (drawn for this comparison), given as an array init"
+    ),
     "KMeans (same start)": (
-        "FederatedKMeans' own start (init_centers_), one run on the pooled rows: the same "
-        "Lloyd iterations, so the same scores"
+        "that same array, one run on the pooled rows: FederatedKMeans runs the same "
+        "Lloyd iterations, so the two rows agree"
     ),
 }
 
@@ -216,7 +220,7 @@ def format_table(rows):
     in the table (its ``"start"``, from :data:`STARTS`).
     """
     notes, marks = collect_notes(rows)
-    header = f"{'method':<26}{'NMI':>7}{'ARI':>7}{'ACC':>7}{'fit s':>8}{'up':>11}{'down':>11}"
+    header = f"{'method':<30}{'NMI':>7}{'ARI':>7}{'ACC':>7}{'fit s':>8}{'up':>11}{'down':>11}"
     width = len(header) + 8
     lines = [header + f"{'rounds':>8}", "-" * width]
     for r in rows:
@@ -224,11 +228,11 @@ def format_table(rows):
         if method in marks:
             method += " [" + ",".join(map(str, marks[method])) + "]"
         if "error" in r:
-            lines.append(f"{method:<26}  n/a: {r['error']}")
+            lines.append(f"{method:<30}  n/a: {r['error']}")
             continue
         rounds = "-" if r["rounds"] is None else str(r["rounds"])
         lines.append(
-            f"{method:<26}{r['NMI']:>7.3f}{r['ARI']:>7.3f}{r['ACC']:>7.3f}"
+            f"{method:<30}{r['NMI']:>7.3f}{r['ARI']:>7.3f}{r['ACC']:>7.3f}"
             f"{r['time']:>8.2f}{_bytes(r['up']):>11}{_bytes(r['down']):>11}{rounds:>8}"
         )
     lines += ["", "columns:"]
@@ -241,7 +245,7 @@ def format_table(rows):
         lines += ["", "starts:"]
         for name, text in starts:
             lines += textwrap.wrap(
-                text, width, initial_indent=f"  {name:<24}", subsequent_indent=" " * 26
+                text, width, initial_indent=f"  {name:<29} ", subsequent_indent=" " * 32
             )
     if notes:
         lines += ["", "notes (warnings, each shown once):"]
@@ -434,24 +438,28 @@ def main(argv=None):
     reference = KMeans(n_clusters=k, n_init=10, random_state=args.seed)
     central = run_one("KMeans (centralized)", reference, X, y)
     rows.append({**central, "start": STARTS["KMeans (centralized)"]})
-    same_start = same_start_row(fitted.get("FederatedKMeans"), X, y, args.seed)
-    if same_start is not None:
-        rows.append({**same_start, "start": STARTS["KMeans (same start)"]})
+    if "FederatedKMeans" in fitted and fitted["FederatedKMeans"] is not None:
+        for name, row in same_start_rows(fitted["FederatedKMeans"], X, y, args.seed):
+            rows.append({**row, "start": STARTS[name]})
     print(format_table(rows))
     return 0
 
 
-def same_start_row(federated, X, y, seed):
-    """scikit-learn's KMeans from FederatedKMeans' start, on the pooled rows.
+def same_start_rows(federated, X, y, seed):
+    """FederatedKMeans and scikit-learn's KMeans from one array start, on the pooled rows.
 
-    FederatedKMeans runs Lloyd's iterations of KMeans on secure sums, with the
+    FederatedKMeans runs Lloyd's iterations of KMeans on exact sums, with the
     same stopping rule: from the same initial centers the two give the same
-    labels. The centralized KMeans row starts elsewhere (k-means++ on the
-    pooled rows), so it can differ; this row shows the agreement itself.
-    ``None`` when FederatedKMeans could not run (a vertical split).
+    labels. The table's other rows start elsewhere (the federated default
+    start stays on the nodes; KMeans (centralized) draws k-means++ on the
+    pooled rows), so they can differ; these two rows show the agreement
+    itself. Nothing when FederatedKMeans could not run (a vertical split).
     """
-    start = getattr(federated, "init_centers_", None)
-    if start is None:
-        return None
+    if not hasattr(federated, "cluster_centers_"):
+        return []
+    start, _ = kmeans_plusplus(X, federated.n_clusters, random_state=seed)
+    twin = clone(federated).set_params(init=start, n_init=1)
+    rows = [("FederatedKMeans (same start)", run_one("FederatedKMeans (same start)", twin, X, y))]
     km = KMeans(n_clusters=len(start), init=start, n_init=1, random_state=seed)
-    return run_one("KMeans (same start)", km, X, y)
+    rows.append(("KMeans (same start)", run_one("KMeans (same start)", km, X, y)))
+    return rows

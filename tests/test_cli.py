@@ -148,7 +148,7 @@ def _table_rows(out):
     table = out.split("\n\n")[1]
     rows = {}
     for line in table.splitlines()[2:]:
-        name, numbers = line[:26].strip(), line[26:].split()
+        name, numbers = line[:30].strip(), line[30:].split()
         rows[name] = numbers
     return rows
 
@@ -163,10 +163,10 @@ def test_the_legend_explains_every_column_and_every_start(capsys):
     assert "seconds" in legend and "1024 bytes" in legend
     starts = out.split("starts:")[1]
     rows = _table_rows(out)
-    assert len(rows) == len(all_estimators()) + 2
+    assert len(rows) == len(all_estimators()) + 3
     for method in rows:
         assert f"\n  {method} " in starts, method
-    assert "init_centers_" in starts
+    assert "same array" in starts
 
 
 @pytest.mark.parametrize("argv", [["--dataset", "iris"], ["--dataset", "wine", "--seed", "3"]])
@@ -174,7 +174,7 @@ def test_kmeans_from_federated_kmeans_start_agrees_with_it(argv, capsys):
     assert main([*argv, "--partition", "dirichlet", "--clients", "4"]) == 0
     rows = _table_rows(capsys.readouterr().out)
     # NMI, ARI and ACC to the table's three decimals: the same labels.
-    assert rows["KMeans (same start)"][:3] == rows["FederatedKMeans"][:3]
+    assert rows["KMeans (same start)"][:3] == rows["FederatedKMeans (same start)"][:3]
     # Nothing is sent by the pooled fit.
     assert rows["KMeans (same start)"][-3:] == ["-", "-", "-"]
 
@@ -184,6 +184,7 @@ def test_no_same_start_row_where_federated_kmeans_cannot_run(capsys):
     out = capsys.readouterr().out
     assert "n/a: FederatedKMeans supports horizontal" in out
     assert "KMeans (same start)" not in _table_rows(out)
+    assert "FederatedKMeans (same start)" not in _table_rows(out)
 
 
 def test_the_fuzzy_c_means_start_follows_its_init():

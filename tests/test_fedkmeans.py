@@ -20,6 +20,11 @@ from skfedclust.secure._secure_sum import TAG_UNMASK, TAG_UPLOAD
 from skfedclust.utils.protocol_checks import recording_runtime
 
 
+def SeesTotalsKMeans(*args, **params):
+    """FederatedKMeans in the mode whose coordinator runs Lloyd (the tests of its sums)."""
+    return FederatedKMeans(*args, coordinator="sees-totals", **params)
+
+
 def _data(n=600, k=5, d=3, seed=0, std=2.0):
     X, _ = make_blobs(n, centers=k, n_features=d, random_state=seed, cluster_std=std)
     return X
@@ -68,14 +73,14 @@ def test_same_initial_centers_give_scikit_learns_kmeans(offset, secure, max_iter
 @pytest.mark.parametrize("init, n_init", [("auto", 1), ("auto", 4), ("random", 3), ("k-fed", 2)])
 def test_init_centers_give_kmeans_the_kept_runs_start(init, n_init):
     X = _data()
-    fk = FederatedKMeans(5, init=init, n_init=n_init, partition=4, random_state=0).fit(X)
+    fk = SeesTotalsKMeans(5, init=init, n_init=n_init, partition=4, random_state=0).fit(X)
     assert fk.init_centers_.shape == (5, X.shape[1])
     km = KMeans(5, init=fk.init_centers_, n_init=1).fit(X)
     np.testing.assert_array_equal(fk.labels_, km.labels_)
     np.testing.assert_allclose(fk.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-9)
     assert fk.n_iter_ == km.n_iter_
     # From an array, the start is that array.
-    again = FederatedKMeans(5, init=fk.init_centers_, partition=4, random_state=0).fit(X)
+    again = SeesTotalsKMeans(5, init=fk.init_centers_, partition=4, random_state=0).fit(X)
     np.testing.assert_array_equal(again.init_centers_, fk.init_centers_)
 
 
@@ -93,8 +98,8 @@ def test_stopping_by_tol_uses_the_mean_feature_variance():
 def test_secure_and_clear_sums_give_the_same_fit_from_every_init():
     X = _data()
     for init in ("k-fed-weighted", "k-fed", "random"):
-        a = FederatedKMeans(5, init=init, n_init=2, partition=3, random_state=1).fit(X)
-        b = FederatedKMeans(
+        a = SeesTotalsKMeans(5, init=init, n_init=2, partition=3, random_state=1).fit(X)
+        b = SeesTotalsKMeans(
             5, init=init, n_init=2, partition=3, random_state=1, secure_aggregation=False
         ).fit(X)
         np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=1e-9)
@@ -137,7 +142,7 @@ def test_the_default_start_weighs_local_centers_by_their_sizes():
     for seed in (1, 2, 3):  # where init="k-fed" ends 34% to 106% above
         spec = DirichletPartition(3, alpha=0.5, random_state=seed)
         with recording_runtime() as runtimes:
-            est = FederatedKMeans(5, partition=spec, random_state=seed).fit(X, y)
+            est = SeesTotalsKMeans(5, partition=spec, random_state=seed).fit(X, y)
         assert est.inertia_ <= 1.05 * best
         (runtime,) = runtimes
         steps = [name for name, *_ in runtime.server_inputs]
@@ -342,13 +347,13 @@ def test_fits_do_not_depend_on_n_jobs_or_backend():
 def test_with_secure_sums_the_server_receives_only_masked_vectors():
     X = _data()
     with recording_runtime() as runtimes:
-        FederatedKMeans(5, init=X[:5], partition=4, random_state=0).fit(X)
+        SeesTotalsKMeans(5, init=X[:5], partition=4, random_state=0).fit(X)
     (runtime,) = runtimes
     tags = {m.tag for m in runtime.ledger.messages if m.receiver == fedkmeans_server()}
     assert tags == {TAG_UPLOAD, TAG_UNMASK}
     # Without them, each client's statistics reach the server.
     with recording_runtime() as runtimes:
-        FederatedKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit(X)
+        SeesTotalsKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit(X)
     tags = {m.tag for m in runtimes[0].ledger.messages if m.receiver == fedkmeans_server()}
     assert "cluster statistics" in tags
 
@@ -369,7 +374,7 @@ def test_bytes_per_iteration(n_clients):
 
     def per_iteration(secure):
         reports = [
-            FederatedKMeans(
+            SeesTotalsKMeans(
                 4,
                 init=init,
                 max_iter=it,
@@ -424,7 +429,7 @@ def test_a_client_beyond_the_public_bound_refuses_rather_than_wraps(monkeypatch)
     X = _data()
     monkeypatch.setattr(fedkmeans, "_MARGIN", 1e-3)
     with pytest.raises(ValueError, match="exceeds its public bound.*refusing to upload"):
-        FederatedKMeans(5, init=X[:5], partition=3, random_state=0).fit(X)
+        SeesTotalsKMeans(5, init=X[:5], partition=3, random_state=0).fit(X)
 
 
 def test_exact_at_a_large_offset_and_tiny_scale():
@@ -456,17 +461,20 @@ def _federated_relocation(X, centers):
     return new
 
 
-def test_an_empty_cluster_takes_the_far_rows_of_the_largest_inertia_cluster():
+@pytest.mark.parametrize("coordinator", ["sees-totals", "blind"])
+def test_an_empty_cluster_takes_the_far_rows_of_the_largest_inertia_cluster(coordinator):
+    # The coordinator's sums and the nodes' own relocation (blind) follow one rule.
     X = _data(k=3)
     init = np.vstack([X[:3], X.mean(axis=0) + 1e3, X.mean(axis=0) - 1e3])
-    fk = FederatedKMeans(5, init=init, max_iter=1, partition=3, random_state=0).fit(X)
+    params = dict(init=init, partition=3, random_state=0, coordinator=coordinator)
+    fk = FederatedKMeans(5, max_iter=1, **params).fit(X)
     expected = _federated_relocation(X, init)
     np.testing.assert_allclose(fk.cluster_centers_, expected, rtol=1e-12)
     # No row is sent: the relocated centers are means of several rows.
     for c in fk.cluster_centers_:
         assert np.min(np.abs(X - c).sum(axis=1)) > 1e-6
     # Run to convergence, no cluster stays empty.
-    fk = FederatedKMeans(5, init=init, partition=3, random_state=0).fit(X)
+    fk = FederatedKMeans(5, **params).fit(X)
     assert np.all(np.bincount(fk.labels_, minlength=5) > 0)
     assert np.all(np.isfinite(fk.cluster_centers_))
 
@@ -527,7 +535,7 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     # the second iteration.
     DropInUpload.at = 6
     with use_runtime(DropInUpload):
-        fk = FederatedKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
+        fk = SeesTotalsKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
     first = _central_lloyd_step(X, init)
     second = _central_lloyd_step(np.vstack(clients[:2] + clients[3:]), first)
     np.testing.assert_allclose(fk.cluster_centers_, second, rtol=1e-12)
@@ -535,7 +543,7 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     np.testing.assert_array_equal(fk.labels_, nearest_center(X, fk.cluster_centers_))
     # Asking for every client makes the same dropout an error.
     with use_runtime(DropInUpload), pytest.raises(FederatedKMeansError, match="min_clients=4"):
-        FederatedKMeans(5, init=init, min_clients=4, random_state=0).fit(clients)
+        SeesTotalsKMeans(5, init=init, min_clients=4, random_state=0).fit(clients)
 
 
 class DropHalf(InProcessRuntime):
@@ -549,11 +557,11 @@ class DropHalf(InProcessRuntime):
 def test_too_many_dropouts_is_a_clear_error():
     X = _data()
     # By default a majority of the clients taking part must answer.
-    fit = FederatedKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit
+    fit = SeesTotalsKMeans(5, init=X[:5], partition=4, secure_aggregation=False).fit
     with use_runtime(DropHalf), pytest.raises(FederatedKMeansError, match="only 2 of the 4"):
         fit(X)
     # With secure sums, a survivor whose neighbours dropped cannot be unmasked.
-    fit = FederatedKMeans(5, init=X[:5], partition=4, min_clients=1).fit
+    fit = SeesTotalsKMeans(5, init=X[:5], partition=4, min_clients=1).fit
     # (nodes refuse to unmask a sum announced with fewer survivors than their minimum).
     with (
         use_runtime(DropHalf),
@@ -597,7 +605,9 @@ def test_transform_and_score_on_new_rows():
     np.testing.assert_allclose(fk.score(new), km.score(new), rtol=1e-9)
     # The rows held by several clients give the same federated score.
     np.testing.assert_allclose(fk.score([new[:100], new[100:]]), km.score(new), rtol=1e-9)
+    # Sums in the clear score alike (from the centers of their own fit).
     clear = FederatedKMeans(5, partition=3, random_state=0, secure_aggregation=False).fit(X)
+    km.cluster_centers_ = clear.cluster_centers_
     np.testing.assert_allclose(clear.score(new), km.score(new), rtol=1e-9)
 
 

@@ -48,6 +48,7 @@ from ._fedkmeans_blind import (
     blind_setup_step,
 )
 from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
+from ._fedkmeans_relocation import donor_clusters, relocate_empty
 from ._fedkmeans_steps import (
     TAG_CENTERS,
     TAG_FARTHEST,
@@ -65,6 +66,12 @@ from ._fedkmeans_steps import (
     fedkmeans_score_inertia,
 )
 from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
+
+#: The most clients ``coordinator="auto"`` runs blind: every node receives every
+#: other node's upload each iteration, so a node's cost grows with the federation;
+#: at 50 clients (k=8, d=64) a node spends 2.5x the CPU and 57x the bytes of the
+#: mode where the coordinator adds the sums (``benchmarks/results/fedkmeans_blind.md``).
+BLIND_MAX_CLIENTS = 50
 
 #: Restarts of the server's weighted k-means++ on the local centers
 #: (``init="k-fed-weighted"``): server work only, no message.
@@ -166,30 +173,6 @@ def feature_radius(centers, mean, spread, radius):
     """
     gaps = np.asarray(spread) + np.abs(np.asarray(centers) - np.asarray(mean)).max(axis=0)
     return np.minimum(gaps, radius)
-
-
-def _relocate_empty(centers, new, sums, counts, inertia, far):
-    """Move each empty cluster to the mean of a donor cluster's far rows.
-
-    ``far`` is ``(donors, far_sums, far_counts)``; the far rows leave their
-    donor cluster, as scikit-learn's relocated row leaves its cluster.
-    """
-    empty = np.flatnonzero(counts == 0)
-    donors, far_sums, far_counts = far
-    for e, j, s, m in zip(empty, donors, far_sums, far_counts):
-        if m == 0 or m >= counts[j]:
-            continue
-        new[e] = centers[j] + s / m
-        new[j] = centers[j] + (sums[j] - s) / (counts[j] - m)
-    return new
-
-
-def _donors(counts, inertia):
-    """Donor clusters for the empty ones: the largest inertia first, two rows at least."""
-    n_empty = int(np.count_nonzero(counts == 0))
-    order = np.argsort(-inertia, kind="stable")
-    able = [int(j) for j in order if counts[j] >= 2 and inertia[j] > 0]
-    return able[:n_empty]
 
 
 class ExactIteration:
@@ -322,21 +305,28 @@ class FederatedKMeans(
         the farthest row sends that row, so the result equals
         :class:`~sklearn.cluster.KMeans`' from the same start. A deployed
         node's default policy refuses to send the row (``refuse-raw-rows``).
-    coordinator : {"sees-totals", "blind"}, default="sees-totals"
-        Who runs Lloyd's server step. ``"sees-totals"``: the coordinator
-        sends the centers every iteration and learns the totals of the
-        secure sums. ``"blind"``: the nodes run it themselves; every
-        iteration each node sends its statistics under pairwise masks to every
-        other node (sealed peer messages), the nodes add them and move the
-        centers alike, and the coordinator receives only the result (the
-        centers, the cluster sizes, ``n_iter_`` and the inertia) and one
-        status byte per round: it can neither steer the centers nor see an
-        iteration's totals. Two set-up rounds, then one round per iteration
-        and one for the result. Supports ``init="auto"`` (the weighted k-FED
-        start, computed on the nodes from local centers they share with each
-        other, never with the coordinator, with a seed from their committed
-        nonces) or an array, without ``privacy``, sampling or clear sums; an
-        empty cluster keeps its center (see Notes).
+    coordinator : {"auto", "blind", "sees-totals"}, default="auto"
+        Who runs Lloyd's server step. ``"blind"``: the nodes run it
+        themselves; every iteration each node sends its statistics under
+        pairwise masks to every other node (sealed peer messages), the nodes
+        add them and move the centers alike, and the coordinator receives
+        only the result (the centers, the cluster sizes, ``n_iter_`` and the
+        inertia) and one status byte per round: it can neither steer the
+        centers nor see an iteration's totals. Two set-up rounds, then one
+        round per iteration (two more in an iteration that leaves a cluster
+        empty) and one for the result; the same centers as
+        ``"sees-totals"`` from the same start. Supports ``init="auto"`` (the
+        weighted k-FED start, computed on the nodes from local centers they
+        share with each other, never with the coordinator, with a seed from
+        their committed nonces) or an array, without ``privacy``, sampling,
+        clear sums or the farthest-row relocation. ``"sees-totals"``: the
+        coordinator sends the centers every iteration and learns the totals
+        of the secure sums (a deployed node refuses it unless its operator
+        allows it: ``allow-coordinator-totals``). ``"auto"``: ``"blind"``
+        where it runs (the options above, and from 3 to
+        ``BLIND_MAX_CLIENTS`` = 50 clients: every node receives every
+        other node's upload, so its cost per node grows with the federation;
+        see Notes), else ``"sees-totals"``. ``coordinator_`` says which ran.
     secure_aggregation : bool, default=True
         Add the clients' statistics by secure aggregation (the server learns
         only their totals). ``False`` sends every client's statistics to the
@@ -402,11 +392,15 @@ class FederatedKMeans(
         Sum of the squared distances of the rows to their center (a secure sum).
     n_iter_ : int
         Lloyd iterations of the kept run.
-    init_centers_ : ndarray of shape (n_clusters, n_features)
+    init_centers_ : ndarray of shape (n_clusters, n_features) or None
         The initial centers of the kept run, in float64: public, as every
         center the server broadcasts. Without differential privacy,
         ``KMeans(n_clusters, init=init_centers_, n_init=1)`` on the pooled
-        rows gives the same centers and labels.
+        rows gives the same centers and labels. ``None`` when the nodes
+        computed the start themselves (``coordinator_ == "blind"`` with
+        ``init="auto"``): it never leaves them.
+    coordinator_ : {"blind", "sees-totals"}
+        The mode the fit ran (``coordinator`` with ``"auto"`` resolved).
     n_clients_ : int
         Number of clients.
     client_sizes_ : ndarray of shape (n_clients,)
@@ -557,7 +551,7 @@ class FederatedKMeans(
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "empty_clusters": [StrOptions({"far-rows", "farthest-row"})],
-        "coordinator": [StrOptions({"sees-totals", "blind"})],
+        "coordinator": [StrOptions({"auto", "sees-totals", "blind"})],
         "secure_aggregation": ["boolean"],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
@@ -577,7 +571,7 @@ class FederatedKMeans(
         max_iter=300,
         tol=1e-4,
         empty_clusters="far-rows",
-        coordinator="sees-totals",
+        coordinator="auto",
         secure_aggregation=True,
         client_fraction=1.0,
         min_clients=None,
@@ -862,7 +856,7 @@ class FederatedKMeans(
         if survivors != list(clients):
             return new
         inertia = np.asarray(inertia, dtype=np.float64)
-        donors = _donors(counts, inertia)
+        donors = donor_clusters(counts, inertia)
         if not donors:
             return new
         runtime.stage(f"server step: {len(donors)} empty cluster(s) take far rows of others")
@@ -883,7 +877,7 @@ class FederatedKMeans(
         )
         if survivors != list(clients):
             return new
-        return _relocate_empty(centers, new, sums, counts, inertia, (donors, far_sums, far_counts))
+        return relocate_empty(centers, new, sums, counts, inertia, (donors, far_sums, far_counts))
 
     def _relocate_to_farthest_rows(self, runtime, centers, new, sums, counts, clients):
         """scikit-learn's rule: each empty cluster takes the next farthest row of the pooled rows.
@@ -936,7 +930,8 @@ class FederatedKMeans(
         # user chose (joblib.parallel_config) still wins.
         with parallel_config(prefer="threads"):
             try:
-                if self.coordinator == "blind":
+                self.coordinator_ = self._coordinator_mode(runtime)
+                if self.coordinator_ == "blind":
                     self.privacy_spent_ = self.privacy_accountant_ = None
                     self.noise_scales_ = {}
                     self._blind_protocol(runtime)
@@ -950,9 +945,19 @@ class FederatedKMeans(
                 # The sampling seed and nonces are the fit's, not the model's.
                 self.__dict__.pop("_sampling", None)
 
-    def _check_blind_options(self, runtime):
-        """Refuse, before any exchange, options the coordinator-blind protocol does not run."""
-        unsupported = {
+    def _coordinator_mode(self, runtime):
+        """The mode this fit runs: ``coordinator``, with ``"auto"`` resolved."""
+        if self.coordinator != "auto":
+            return self.coordinator
+        if any(self._blind_unsupported().values()):
+            return "sees-totals"
+        if not DEFAULT_MIN_SUM_PARTICIPANTS <= runtime.n_clients <= BLIND_MAX_CLIENTS:
+            return "sees-totals"
+        return "blind"
+
+    def _blind_unsupported(self):
+        """The options the coordinator-blind protocol does not run, by name."""
+        return {
             "privacy": self.privacy is not None,
             "client_fraction": self.client_fraction < 1.0,
             "secure_aggregation": not self.secure_aggregation,
@@ -961,7 +966,10 @@ class FederatedKMeans(
             and self.init not in ("auto", "k-fed-weighted")
             or callable(self.init),
         }
-        for name, bad in unsupported.items():
+
+    def _check_blind_options(self, runtime):
+        """Refuse, before any exchange, options the coordinator-blind protocol does not run."""
+        for name, bad in self._blind_unsupported().items():
             if bad:
                 raise ValueError(
                     f'coordinator="blind" runs Lloyd on the nodes with init="auto" or an array '
@@ -978,6 +986,9 @@ class FederatedKMeans(
     def _blind_protocol(self, runtime):
         """Lloyd run by the nodes: the coordinator relays and receives the result only."""
         self._check_blind_options(runtime)
+        # Every node adds every other's upload: min_clients holds when it is a
+        # number of clients the federation has.
+        self._check_min_clients(runtime)
         clients = list(range(runtime.n_clients))
         init = None if isinstance(self.init, str) else self._array_init(runtime)
         runtime.stage("client step: blind k-means set-up (pair seeds, local centers, to peers)")
@@ -994,8 +1005,9 @@ class FederatedKMeans(
             init=init,
         )
         runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
-        # Two more rounds than iterations at most: the first upload and the final one.
-        for _ in range(self.max_iter + 1):
+        # At most three rounds an iteration (Lloyd's, and the clusters' inertia and
+        # far rows where one went empty), and the final upload.
+        for _ in range(3 * self.max_iter + 1):
             runtime.stage("client step: a blind Lloyd iteration on the nodes")
             final = [bool(s) for s in runtime.run(blind_iteration_step, tag=TAG_ROUND).list()]
             if any(final) != all(final):
@@ -1007,6 +1019,7 @@ class FederatedKMeans(
                 break
         runtime.stage("client step: the blind fit's result, from every node")
         results = runtime.run(blind_release_step, tag=TAG_RESULT, clients=clients).list()
+        runtime.stage("server step: the nodes' results must agree")
         first = results[0]
         for other in results[1:]:
             if not all(np.array_equal(a, b) for a, b in zip(first, other)):
@@ -1014,6 +1027,7 @@ class FederatedKMeans(
                     "the nodes released different results: one of them saw other totals"
                 )
         centers, sizes, n_iter, inertia = first
+        self.init_centers_ = None if init is None else np.array(init, dtype=np.float64)
         self.cluster_centers_ = np.asarray(centers, dtype=np.float64)
         self.n_iter_ = int(np.asarray(n_iter)[0])
         self.inertia_ = float(np.asarray(inertia)[0])

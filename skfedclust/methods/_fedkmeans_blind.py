@@ -48,6 +48,7 @@ from ..node._declarations import peer_masked, result, summary
 from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
+from ._fedkmeans_relocation import donor_clusters, relocate_empty
 from ._ffcm import ffcm_local_centers
 from ._kfed import weighted_kmeans_on_centers
 from ._lloyd_pass import lloyd_pass
@@ -155,6 +156,23 @@ def fixed_point_scales(exponent, n_rows, n_features, n_clusters, n_runs, first):
     return np.concatenate(scales).astype(np.int64)
 
 
+def inertia_scales(exponent, n_rows, n_features, n_clusters):
+    """Scales of a run's per-cluster inertia (squared distances, as the final inertia's)."""
+    room = 126 - int(n_rows).bit_length() - int(n_features).bit_length()
+    return np.full(n_clusters, room - (2 * exponent + 2), dtype=np.int64)
+
+
+def far_row_scales(exponent, n_rows, n_features, n_donors):
+    """Scales of a run's far rows: per donor a sum of deviations (as Lloyd's), then counts."""
+    room = 126 - int(n_rows).bit_length()
+    return np.concatenate(
+        [
+            np.full(n_donors * n_features, room - (exponent + 1)),
+            np.zeros(n_donors, dtype=np.int64),
+        ]
+    ).astype(np.int64)
+
+
 def final_scales(exponent, n_rows, n_features, n_clusters, n_runs):
     """Scales of the final upload: per run the inertia, then the sizes and client counts."""
     room = 126 - int(n_rows).bit_length() - int(n_features).bit_length()
@@ -181,7 +199,7 @@ def _as_bytes(value):
 class _Run:
     """One Lloyd run of a node (``n_init`` runs move in the same rounds)."""
 
-    __slots__ = ("centers", "labels", "n_iter", "done", "strict")
+    __slots__ = ("centers", "labels", "n_iter", "done", "strict", "phase", "pending")
 
     def __init__(self, centers):
         self.centers = np.array(centers, dtype=np.float64)
@@ -189,6 +207,12 @@ class _Run:
         self.n_iter = 0
         self.done = False
         self.strict = False
+        #: What the run uploads next: Lloyd statistics (``"lloyd"``), or, in an
+        #: iteration that left a cluster empty, its clusters' inertia
+        #: (``"inertia"``) and then the donors' far rows (``"far"``).
+        self.phase = "lloyd"
+        #: The iteration being finished while an empty cluster is relocated.
+        self.pending = None
 
 
 def _peer_messages(inbox, tag, participants, me):
@@ -526,20 +550,55 @@ def _active(kept):
 
 
 def _iteration_statistics(kept, data):
+    """This node's upload for the active runs, each by its phase, and their scales."""
     k, d = kept["n_clusters"], data.shape[1]
     active = _active(kept)
     first = kept["variance"] is None
-    parts = []
+    exponent, n_rows = kept["exponent"], kept["n_rows"]
+    parts, scales = [], []
     for run in active:
-        labels, sums, counts, _, changed = lloyd_pass(data, run.centers, run.labels, inertia=False)
-        run.labels = labels
-        parts += [sums.ravel(), counts.astype(np.float64), [float(changed)]]
+        if run.phase == "lloyd":
+            labels, sums, counts, _, changed = lloyd_pass(
+                data, run.centers, run.labels, inertia=False
+            )
+            run.labels = labels
+            parts += [sums.ravel(), counts.astype(np.float64), [float(changed)]]
+            scales.append(fixed_point_scales(exponent, n_rows, d, k, 1, False))
+        elif run.phase == "inertia":
+            deviations = data - run.centers[run.labels]
+            squared = np.einsum("ij,ij->i", deviations, deviations)
+            parts.append(np.bincount(run.labels, weights=squared, minlength=k))
+            scales.append(inertia_scales(exponent, n_rows, d, k))
+        else:
+            far_sums, far_counts = _far_rows(data, run)
+            parts += [far_sums.ravel(), far_counts]
+            scales.append(far_row_scales(exponent, n_rows, d, len(far_counts)))
     if first:
         parts.append(((data - kept["mean"]) ** 2).sum(axis=0))
+        scales.append(np.full(d, 126 - int(n_rows).bit_length() - 2 * exponent, np.int64))
     values = np.concatenate(parts)
-    scales = fixed_point_scales(kept["exponent"], kept["n_rows"], d, k, len(active), first)
+    scales = np.concatenate(scales).astype(np.int64)
     _check_bounds(values, scales)
     return values, scales
+
+
+def _far_rows(data, run):
+    """Per donor cluster, the sum of its rows' deviations beyond the threshold, and their count.
+
+    The far-rows rule of ``empty_clusters="far-rows"``: the deviations from
+    the donor's center of the iteration, the threshold its mean squared
+    distance.
+    """
+    donors, thresholds = run.pending["donors"], run.pending["thresholds"]
+    centers = run.pending["centers"]
+    sums = np.zeros((len(donors), data.shape[1]))
+    counts = np.zeros(len(donors))
+    for i, j in enumerate(donors):
+        deviations = data[run.labels == j] - centers[j]
+        far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
+        sums[i] = deviations[far].sum(axis=0)
+        counts[i] = np.count_nonzero(far)
+    return sums, counts
 
 
 def _final_statistics(kept, data):
@@ -567,35 +626,118 @@ def _check_bounds(values, scales):
 
 
 def _advance(kept, totals):
-    """Move every active run by the totals of its last upload, as scikit-learn's Lloyd."""
+    """Move every active run by the totals of its last upload, as the coordinator's Lloyd would.
+
+    The same arithmetic as ``coordinator="sees-totals"``: new centers are the
+    clusters' means; an iteration that leaves a cluster empty relocates it
+    to the far rows of the cluster of largest inertia (two more rounds, for
+    the clusters' inertia and the donors' far rows, as the coordinator's two
+    more sums); then the run stops on no row changing cluster, on a squared
+    center shift of at most ``tol`` times the pooled per-feature variance,
+    or at ``max_iter``.
+    """
     k, d = kept["n_clusters"], len(kept["mean"])
-    per_run = k * d + k + 1
     active = _active(kept)
-    first = kept["variance"] is None
-    if first:
-        kept["variance"] = totals[len(active) * per_run :] / kept["n_rows"]
+    offset = 0
+    for run in active:
+        length = _block_length(run, k, d)
+        block = totals[offset : offset + length]
+        offset += length
+        if run.phase == "lloyd":
+            _lloyd_totals(kept, run, block, k, d)
+        elif run.phase == "inertia":
+            _inertia_totals(kept, run, block)
+        else:
+            _far_row_totals(kept, run, block, d)
+    if kept["variance"] is None:
+        kept["variance"] = totals[offset:] / kept["n_rows"]
         kept["tol_scaled"] = float(np.mean(kept["variance"])) * kept["tol"]
-    for r, run in enumerate(active):
-        block = totals[r * per_run : (r + 1) * per_run]
-        sums = block[: k * d].reshape(k, d)
-        counts = block[k * d : k * d + k]
-        changed = block[-1]
-        if round(counts.sum()) != kept["n_rows"]:
-            raise NodeRefusal(
-                "well-formed",
-                f"the clusters' counts add up to {counts.sum():g} rows; the participants "
-                f"hold {kept['n_rows']}",
-            )
-        filled = counts > 0
-        new = run.centers.copy()
-        new[filled] = run.centers[filled] + sums[filled] / counts[filled, None]
-        shift = float(((new - run.centers) ** 2).sum())
-        run.centers = new
-        run.n_iter += 1
-        if changed == 0:
-            run.done = run.strict = True
-        elif shift <= kept["tol_scaled"] or run.n_iter >= kept["max_iter"]:
-            run.done = True
+    for run in active:
+        if run.pending is not None and run.pending.get("finish"):
+            _finish_iteration(kept, run)
+
+
+def _block_length(run, k, d):
+    if run.phase == "lloyd":
+        return k * d + k + 1
+    if run.phase == "inertia":
+        return k
+    return len(run.pending["donors"]) * (d + 1)
+
+
+def _lloyd_totals(kept, run, block, k, d):
+    sums = block[: k * d].reshape(k, d)
+    counts = block[k * d : k * d + k]
+    changed = block[-1]
+    if round(counts.sum()) != kept["n_rows"]:
+        raise NodeRefusal(
+            "well-formed",
+            f"the clusters' counts add up to {counts.sum():g} rows; the participants "
+            f"hold {kept['n_rows']}",
+        )
+    filled = counts > 0
+    new = run.centers.copy()
+    new[filled] = run.centers[filled] + sums[filled] / counts[filled, None]
+    run.n_iter += 1
+    run.pending = {
+        "centers": run.centers,
+        "new": new,
+        "sums": sums,
+        "counts": counts,
+        "changed": changed,
+        "relocated": False,
+        "finish": bool(filled.all()),
+    }
+    if not filled.all():
+        run.phase = "inertia"
+
+
+def _inertia_totals(kept, run, inertia):
+    pending = run.pending
+    counts = pending["counts"]
+    if np.any(inertia < 0) or np.any((counts == 0) & (inertia != 0)):
+        raise NodeRefusal("well-formed", "the clusters' inertia cannot be right")
+    donors = donor_clusters(counts, inertia)
+    if not donors:
+        pending["finish"] = True
+        return
+    pending["inertia"] = inertia
+    pending["donors"] = np.array(donors, dtype=np.intp)
+    pending["thresholds"] = inertia[donors] / counts[donors]
+    run.phase = "far"
+
+
+def _far_row_totals(kept, run, block, d):
+    pending = run.pending
+    n_donors = len(pending["donors"])
+    far_sums = block[: n_donors * d].reshape(n_donors, d)
+    far_counts = block[n_donors * d :]
+    new = relocate_empty(
+        pending["centers"],
+        pending["new"].copy(),
+        pending["sums"],
+        pending["counts"],
+        pending["inertia"],
+        (pending["donors"], far_sums, far_counts),
+    )
+    pending["relocated"] = not np.array_equal(new, pending["new"])
+    pending["new"] = new
+    pending["finish"] = True
+
+
+def _finish_iteration(kept, run):
+    """The end of an iteration: the new centers, and whether the run stops."""
+    pending, run.pending, run.phase = run.pending, None, "lloyd"
+    new = pending["new"]
+    shift = float(((new - run.centers) ** 2).sum())
+    run.centers = new
+    if pending["changed"] == 0:
+        run.done = True
+        # scikit-learn keeps the last assignment when no row moved; a relocated
+        # center moved, so the final labels are computed again.
+        run.strict = not pending["relocated"]
+    elif shift <= kept["tol_scaled"] or run.n_iter >= kept["max_iter"]:
+        run.done = True
 
 
 @result
