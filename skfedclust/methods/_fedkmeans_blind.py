@@ -247,6 +247,9 @@ def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
     policy = party.policy
     if party.index not in participants:
         raise NodeRefusal("well-formed", f"party {party.index} is not among the participants")
+    if len(set(participants)) != len(participants):
+        # A party named twice would count twice towards min-sum-participants.
+        raise NodeRefusal("well-formed", f"participants {participants} name a party more than once")
     if len(participants) < policy.min_sum_participants:
         raise NodeRefusal(
             "min-sum-participants",
