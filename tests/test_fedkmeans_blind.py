@@ -130,9 +130,9 @@ def test_the_ring_holds_every_total_exactly():
     exponent, n_rows, d, k = 3, 1000, 4, 3
     scales = fixed_point_scales(exponent, n_rows, d, k, 1, True)
     values = [rng.uniform(-1, 1, len(scales)) * np.ldexp(1.0, exponent) for _ in range(5)]
-    # Counts are whole numbers at scale 0.
+    # Counts, clients and the changed rows are whole numbers at scale 0.
     for v in values:
-        v[k * d : k * d + k + 1] = np.rint(np.abs(v[k * d : k * d + k + 1]) * 10)
+        v[k * d : k * d + 2 * k + 1] = np.rint(np.abs(v[k * d : k * d + 2 * k + 1]) * 10)
     total = encode(values[0], scales)
     for v in values[1:]:
         total = ring_add(total, encode(v, scales))
@@ -254,6 +254,14 @@ class Deployed(Recording):
         super().__init__(*args, policy=NodePolicy(privacy_ledger="none"), **kwargs)
 
 
+class AllowsArrayStarts(Recording):
+    """Deployed nodes whose operator lets the coordinator choose a blind fit's start."""
+
+    def __init__(self, *args, **kwargs):
+        policy = NodePolicy(privacy_ledger="none", allow_coordinator_centers="FederatedKMeans")
+        super().__init__(*args, policy=policy, **kwargs)
+
+
 def test_default_nodes_release_only_clusters_of_enough_rows_and_clients():
     X = _blobs()
     est, _ = _fit(X, runtime=Deployed)
@@ -262,7 +270,39 @@ def test_default_nodes_release_only_clusters_of_enough_rows_and_clients():
     lonely = np.vstack([X, [[40.0, 40.0, 40.0, 40.0]]])
     init = np.vstack([lonely[[0, 7, 11]], [[40.0, 40.0, 40.0, 40.0]]])
     with pytest.raises(NodeRefusal, match="min-rows-per-vector.*cluster 3"):
-        _fit(lonely, runtime=Deployed, init=init)
+        _fit(lonely, runtime=AllowsArrayStarts, init=init)
+
+
+def test_the_centers_released_are_backed_by_the_iteration_that_made_them():
+    # One iteration from a start whose far center catches the one row farthest
+    # along a direction: the released center is that row, while the final
+    # relabelling gives its cluster a half-space of rows.
+    X = np.random.default_rng(0).uniform(-1, 1, size=(120, 3))
+    middle, direction = X.mean(axis=0), np.ones(3) / np.sqrt(3)
+    along = np.sort((X - middle) @ direction)
+    init = np.vstack([middle, middle + (along[-1] + along[-2]) * direction])
+    blocks = np.array_split(X, 6)
+    one_iteration = dict(n_clusters=2, init=init, max_iter=1, tol=0.0, partition=None)
+    with pytest.raises(NodeRefusal, match="min-rows-per-vector.*cluster 1 of the last iteration"):
+        _fit(blocks, runtime=AllowsArrayStarts, **one_iteration)
+    # Without the rule (a simulation), the released center is that row.
+    est, _ = _fit(blocks, **one_iteration)
+    assert np.min(np.abs(X - est.cluster_centers_[1]).sum(axis=1)) < 1e-12
+    assert np.bincount(est.labels_)[1] > 1
+
+
+def test_a_default_node_leaves_the_coordinator_no_center_to_choose():
+    X = _blobs()
+    # An array start is the coordinator's choice.
+    with pytest.raises(NodeRefusal, match="coordinator-centers.*array init"):
+        _fit(X, runtime=Deployed, init=X[[0, 7, 11, 20]])
+    # So are the centers of every iteration where the coordinator runs Lloyd.
+    with use_runtime(Deployed), pytest.raises(NodeRefusal, match="coordinator-centers"):
+        FederatedKMeans(4, coordinator="sees-totals", partition=4, random_state=0).fit(X)
+    # The default runs, with the nodes choosing every center.
+    with use_runtime(Deployed):
+        est = FederatedKMeans(4, partition=4, random_state=0).fit(X)
+    assert est.coordinator_ == "blind" and est.init_centers_ is None
 
 
 def test_options_the_blind_protocol_does_not_run_are_refused_before_any_exchange():

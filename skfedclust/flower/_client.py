@@ -155,6 +155,7 @@ def policy_summary(policy, node_config, ledger=None):
         "max_bound_queries": policy.max_bound_queries,
         "dp_trusted_shares": int(policy.dp_trusted_shares),
         "allow_row_release": list(policy.allow_row_release),
+        "allow_coordinator_centers": list(policy.allow_coordinator_centers),
         "trusted_identities": node_config.get(TRUSTED_IDENTITIES) is not None,
         "allow_unauthenticated": _allows_unauthenticated(node_config),
     }

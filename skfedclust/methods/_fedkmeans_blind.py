@@ -25,11 +25,12 @@ What each party learns:
 * the coordinator: the final centers and sizes, ``n_iter_`` and the
   inertia, of the parameters the nodes accepted, and when each round ends;
 * a node (or peers colluding with the coordinator, short of all but one):
-  the other nodes' row counts, local centers and sizes (the k-FED start) and
-  every iteration's totals over all nodes (per-cluster sums, counts, rows
-  that changed cluster, the pooled per-feature variance), never another
-  node's own statistics: its uploads are masked by a pair seed shared with
-  each other node.
+  the other nodes' row counts, the binary order of each node's largest
+  absolute value, their local centers and sizes (the k-FED start) and every
+  iteration's totals over all nodes (per-cluster sums, counts, rows that
+  changed cluster, the pooled per-feature variance), never another node's
+  own statistics: its uploads are masked by a pair seed shared with each
+  other node.
 
 Totals are added in the ring of integers modulo 2**128: each float is
 encoded in fixed point with a scale that leaves room for the sum of every
@@ -43,8 +44,9 @@ import hashlib
 
 import numpy as np
 
+from ..clusterers import nearest_center
 from ..federation import Reply, reads
-from ..node._declarations import peer_masked, result, summary
+from ..node._declarations import data_independent, peer_masked, result, summary
 from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
@@ -137,22 +139,25 @@ def mask(length, pair_seeds, me, round_):
 def fixed_point_scales(exponent, n_rows, n_features, n_clusters, n_runs, first):
     """The fixed-point scale of each entry of an upload (see :func:`upload_layout`).
 
-    Every row lies within ``2**exponent`` of the pooled mean in each feature,
-    and every center within the rows' hull, so a deviation from a center is
-    below ``2**(exponent + 1)`` and a squared distance below
-    ``n_features * 2**(2 * exponent + 2)``; ``n_rows`` of them stay below
-    ``2**126`` at these scales (one bit is the sign).
+    Every row and every center lie within ``2**exponent`` of 0 in each
+    feature (the largest binary order of the nodes' values and of the start),
+    so a deviation from a center is below ``2**(exponent + 1)`` and a squared
+    distance below ``n_features * 2**(2 * exponent + 2)``; ``n_rows`` of them
+    stay below ``2**126`` at these scales (one bit is the sign). The
+    encoding's resolution, ``2**(exponent + 1 - room)``, is finer than a
+    float64's at that magnitude by the room's margin: a common offset of the
+    rows costs no precision the float arithmetic keeps.
     """
     room = 126 - int(n_rows).bit_length()
     per_run = np.concatenate(
         [
             np.full(n_clusters * n_features, room - (exponent + 1)),
-            np.zeros(n_clusters + 1, dtype=np.int64),
+            np.zeros(2 * n_clusters + 1, dtype=np.int64),
         ]
     )
     scales = [np.tile(per_run, n_runs)]
     if first:
-        scales.append(np.full(n_features, room - 2 * exponent))
+        scales.append(np.full(n_features, room - (2 * exponent + 2)))
     return np.concatenate(scales).astype(np.int64)
 
 
@@ -163,12 +168,16 @@ def inertia_scales(exponent, n_rows, n_features, n_clusters):
 
 
 def far_row_scales(exponent, n_rows, n_features, n_donors):
-    """Scales of a run's far rows: per donor a sum of deviations (as Lloyd's), then counts."""
+    """Scales of a run's far rows: per donor a sum of deviations (as Lloyd's), then counts.
+
+    The counts: per donor its far rows, the clients holding far rows, and
+    the clients holding its other rows.
+    """
     room = 126 - int(n_rows).bit_length()
     return np.concatenate(
         [
             np.full(n_donors * n_features, room - (exponent + 1)),
-            np.zeros(n_donors, dtype=np.int64),
+            np.zeros(3 * n_donors, dtype=np.int64),
         ]
     ).astype(np.int64)
 
@@ -199,7 +208,7 @@ def _as_bytes(value):
 class _Run:
     """One Lloyd run of a node (``n_init`` runs move in the same rounds)."""
 
-    __slots__ = ("centers", "labels", "n_iter", "done", "strict", "phase", "pending")
+    __slots__ = ("centers", "labels", "n_iter", "done", "strict", "phase", "pending", "backing")
 
     def __init__(self, centers):
         self.centers = np.array(centers, dtype=np.float64)
@@ -213,6 +222,8 @@ class _Run:
         self.phase = "lloyd"
         #: The iteration being finished while an empty cluster is relocated.
         self.pending = None
+        #: Per cluster, the rows and the clients whose values made its center.
+        self.backing = None
 
 
 def _peer_messages(inbox, tag, participants, me):
@@ -271,16 +282,25 @@ def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
 def blind_setup_step(
     data, inbox, state, party, *, n_clusters, n_init, max_iter, tol, participants, init=None
 ):
-    """Round 1: pair seeds, a nonce commitment, the row count and the local centers, to peers.
+    """Round 1: pair seeds, a nonce commitment, the row count, the scale and the local centers.
 
     The parameters are fixed here, once: every later round reads none from the
     coordinator. A pair seed is drawn from the node's private generator for
-    each participant of higher index and sealed to it; the local centers and
-    their sizes (the k-FED start, means of local clusters, checked by the
-    node's policy as any summary) go to every peer, never to the coordinator.
+    each participant of higher index and sealed to it; the row count, the
+    binary order of the node's largest absolute value (the fixed-point
+    scales) and the local centers and their sizes (the k-FED start, means of
+    local clusters, checked by the node's policy as any summary) go to every
+    peer, never to the coordinator. An array ``init`` is a start the
+    coordinator chose: a node runs it only for a method its operator names in
+    ``allow-coordinator-centers`` (rule ``coordinator-centers``).
     """
     if _STATE in state:
         raise NodeRefusal("stage", "this node has set up a blind k-means fit already")
+    if init is not None:
+        party.policy.check_coordinator_centers(
+            blind_setup_step,
+            what="starts a blind fit from centers the coordinator chose (an array init)",
+        )
     participants = sorted(int(p) for p in participants)
     _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
     me = party.index
@@ -301,7 +321,11 @@ def blind_setup_step(
         "parameters": parameters,
         "commitment": _digest(b"nonce", nonce),
         "rows": np.int64(data.shape[0]),
-        "column sums": data.sum(axis=0),
+        # The binary order of the node's largest value fixes the fixed-point
+        # scales; sent here, so that every node checks all saw the same before
+        # any statistic leaves it (a peer telling nodes different orders would
+        # make some uploads round to nothing and isolate the others).
+        "exponent": np.int64(_binary_order(np.abs(data).max() if data.size else 0.0)),
     }
     if start is not None:
         common["local centers"], common["local sizes"] = start
@@ -334,18 +358,18 @@ def blind_setup_step(
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
 
 
-# The nonce and the transcript are data-independent; the binary order of the
-# node's largest deviation from the pooled mean is a per-client summary.
-@summary
+# The nonce and the digest of the set-up round (a commitment to what the
+# peers already received) move with no row of this node.
+@data_independent
 @reads(TAG_SETUP)
 def blind_reveal_step(data, inbox, state, party):
-    """Round 2: check the set-up, reveal the nonce, send the binary order of the rows' spread.
+    """Round 2: check the set-up and reveal the nonce, with the digest of the set-up as seen.
 
-    Every participant must have announced the same parameters. The pooled
-    mean comes from the row counts and column sums the nodes told each other
-    (the pooled mean is what every node learns of the set-up); each node
-    sends the binary order of its largest deviation from it, which fixes the
-    fixed-point scales.
+    Every participant must have announced the same parameters. Each node
+    sends its nonce and the digest of every set-up message it received (the
+    row counts, the binary orders of the largest values, the local centers):
+    the next round checks that all saw the same set-up before any statistic
+    leaves a node.
     """
     kept = _stage(state, "set up")
     me, participants = party.index, kept["participants"]
@@ -363,10 +387,6 @@ def blind_reveal_step(data, inbox, state, party):
     everyone = {**messages, me: kept["own"]}
     rows = {p: int(m["rows"]) for p, m in everyone.items()}
     n_rows = sum(rows.values())
-    mean = sum(np.asarray(everyone[p]["column sums"], dtype=np.float64) for p in sorted(everyone))
-    mean = mean / n_rows
-    spread = float(np.abs(data - mean).max()) if data.shape[0] else 0.0
-    exponent = int(np.frexp(spread)[1]) if spread > 0 else -1074
     view = _setup_view(everyone)
     new = {
         **kept,
@@ -374,7 +394,8 @@ def blind_reveal_step(data, inbox, state, party):
         "seeds": seeds,
         "rows": rows,
         "n_rows": n_rows,
-        "mean": mean,
+        "n_features": data.shape[1],
+        "exponents": {p: int(m["exponent"]) for p, m in everyone.items()},
         "commitments": {p: _as_bytes(m["commitment"]) for p, m in everyone.items()},
         "local": {
             p: (np.asarray(m["local centers"]), np.asarray(m["local sizes"]))
@@ -383,11 +404,7 @@ def blind_reveal_step(data, inbox, state, party):
         },
         "view": view,
     }
-    message = {
-        "nonce": kept["nonce"],
-        "exponent": np.int64(exponent),
-        "view": view,
-    }
+    message = {"nonce": kept["nonce"], "view": view}
     new["own"] = message
     return Reply(
         to_peers={p: message for p in participants if p != me},
@@ -401,10 +418,15 @@ def _setup_view(everyone):
     for p in sorted(everyone):
         m = everyone[p]
         parts += [np.int64(p), m["parameters"], m["commitment"], np.int64(m["rows"])]
-        parts.append(np.asarray(m["column sums"], dtype=np.float64))
+        parts.append(np.int64(m["exponent"]))
         if "local centers" in m:
             parts += [np.asarray(m["local centers"], np.float64), np.asarray(m["local sizes"])]
     return _digest(*parts)
+
+
+def _binary_order(value):
+    """The binary exponent of a float (``value < 2**order``), very negative for 0."""
+    return int(np.frexp(value)[1]) if value > 0 else -1074
 
 
 def _stage(state, *expected):
@@ -505,27 +527,44 @@ def _open_start(kept, messages, me):
                 "sampling", f"participant {sender}'s nonce does not open its commitment"
             )
         nonces[sender] = nonce
-    exponents = {p: int(m["exponent"]) for p, m in messages.items()}
-    exponents[me] = int(kept["own"]["exponent"])
     order = kept["participants"]
     starts = _starts(kept, _digest(*[nonces[p] for p in order]))
     # Starting centers outside the rows' hull (an array init) widen the bound.
-    extent = max(float(np.abs(np.asarray(s) - kept["mean"]).max()) for s in starts)
-    exponent = max(max(exponents.values()), int(np.frexp(extent)[1]) if extent > 0 else -1074)
+    extent = max(float(np.abs(np.asarray(s)).max()) for s in starts)
+    exponent = max(max(kept["exponents"].values()), _binary_order(extent))
     return {
         **kept,
         # Identical rows (no spread) still get scales a float can hold.
         "exponent": max(exponent, _LEAST_EXPONENT),
-        "runs": [_Run(s) for s in starts],
+        "runs": [_started_run(kept, s) for s in starts],
         "round": 0,
         "final": False,
         "variance": None,
-        "view": _digest(
-            kept["view"],
-            *[nonces[p] for p in order],
-            np.array([exponents[p] for p in order], dtype=np.int64),
-        ),
+        "reference": np.asarray(starts[0], dtype=np.float64).mean(axis=0),
+        "view": _digest(kept["view"], *[nonces[p] for p in order]),
     }
+
+
+def _started_run(kept, start):
+    """A run from ``start``, its centers backed by the local centers nearest them.
+
+    An array start is the coordinator's choice, run only where the node's
+    operator allows it: its centers stand for no row (every row and client
+    back them). A start computed from the local centers stands for the rows
+    and clients of the local centers nearest each of its centers.
+    """
+    run = _Run(start)
+    k = len(run.centers)
+    if kept["init"] is not None or not kept["local"]:
+        run.backing = np.tile([kept["n_rows"], len(kept["participants"])], (k, 1)).astype(float)
+        return run
+    rows, clients = np.zeros(k), np.zeros(k)
+    for centers, sizes in kept["local"].values():
+        nearest = nearest_center(np.asarray(centers, dtype=np.float64), run.centers)
+        rows += np.bincount(nearest, weights=np.asarray(sizes, float), minlength=k)
+        clients += np.bincount(np.unique(nearest), minlength=k)
+    run.backing = np.column_stack([rows, clients])
+    return run
 
 
 def _round_view(kept, messages, me):
@@ -565,7 +604,9 @@ def _iteration_statistics(kept, data):
                 data, run.centers, run.labels, inertia=False
             )
             run.labels = labels
-            parts += [sums.ravel(), counts.astype(np.float64), [float(changed)]]
+            # The clients holding rows of each cluster: the backing of its next center.
+            present = (counts > 0).astype(np.float64)
+            parts += [sums.ravel(), counts.astype(np.float64), present, [float(changed)]]
             scales.append(fixed_point_scales(exponent, n_rows, d, k, 1, False))
         elif run.phase == "inertia":
             deviations = data - run.centers[run.labels]
@@ -573,12 +614,14 @@ def _iteration_statistics(kept, data):
             parts.append(np.bincount(run.labels, weights=squared, minlength=k))
             scales.append(inertia_scales(exponent, n_rows, d, k))
         else:
-            far_sums, far_counts = _far_rows(data, run)
-            parts += [far_sums.ravel(), far_counts]
+            far_sums, far_counts, near_counts = _far_rows(data, run)
+            parts += [far_sums.ravel(), far_counts, far_counts > 0, near_counts > 0]
             scales.append(far_row_scales(exponent, n_rows, d, len(far_counts)))
     if first:
-        parts.append(((data - kept["mean"]) ** 2).sum(axis=0))
-        scales.append(np.full(d, 126 - int(n_rows).bit_length() - 2 * exponent, np.int64))
+        # The pooled variance (for tol) from squared deviations from a point all
+        # nodes know, near the rows: the first start's mean.
+        parts.append(((data - kept["reference"]) ** 2).sum(axis=0))
+        scales.append(np.full(d, 126 - int(n_rows).bit_length() - (2 * exponent + 2), np.int64))
     values = np.concatenate(parts)
     scales = np.concatenate(scales).astype(np.int64)
     _check_bounds(values, scales)
@@ -596,12 +639,14 @@ def _far_rows(data, run):
     centers = run.pending["centers"]
     sums = np.zeros((len(donors), data.shape[1]))
     counts = np.zeros(len(donors))
+    near = np.zeros(len(donors))
     for i, j in enumerate(donors):
         deviations = data[run.labels == j] - centers[j]
         far = np.einsum("ij,ij->i", deviations, deviations) > thresholds[i]
         sums[i] = deviations[far].sum(axis=0)
         counts[i] = np.count_nonzero(far)
-    return sums, counts
+        near[i] = len(far) - counts[i]
+    return sums, counts, near
 
 
 def _final_statistics(kept, data):
@@ -639,7 +684,7 @@ def _advance(kept, totals):
     center shift of at most ``tol`` times the pooled per-feature variance,
     or at ``max_iter``.
     """
-    k, d = kept["n_clusters"], len(kept["mean"])
+    k, d = kept["n_clusters"], kept["n_features"]
     active = _active(kept)
     offset = 0
     for run in active:
@@ -653,24 +698,41 @@ def _advance(kept, totals):
         else:
             _far_row_totals(kept, run, block, d)
     if kept["variance"] is None:
-        kept["variance"] = totals[offset:] / kept["n_rows"]
+        kept["variance"] = _pooled_variance(kept, active[0], totals[offset:])
         kept["tol_scaled"] = float(np.mean(kept["variance"])) * kept["tol"]
     for run in active:
         if run.pending is not None and run.pending.get("finish"):
             _finish_iteration(kept, run)
 
 
+def _pooled_variance(kept, run, squares):
+    """Per feature, the pooled variance from the first iteration's totals.
+
+    ``squares`` adds ``(x - a)**2`` over every row, ``a`` the reference
+    point; the first run's Lloyd totals give ``sum(x - a)``: per cluster its
+    sum of deviations plus its count times its center's offset from ``a``.
+    """
+    pending = run.pending
+    n = kept["n_rows"]
+    offsets = pending["sums"] + pending["counts"][:, None] * (
+        pending["centers"] - kept["reference"]
+    )
+    first_moment = offsets.sum(axis=0) / n
+    return np.maximum(squares / n - first_moment**2, 0.0)
+
+
 def _block_length(run, k, d):
     if run.phase == "lloyd":
-        return k * d + k + 1
+        return k * d + 2 * k + 1
     if run.phase == "inertia":
         return k
-    return len(run.pending["donors"]) * (d + 1)
+    return len(run.pending["donors"]) * (d + 3)
 
 
 def _lloyd_totals(kept, run, block, k, d):
     sums = block[: k * d].reshape(k, d)
     counts = block[k * d : k * d + k]
+    present = block[k * d + k : k * d + 2 * k]
     changed = block[-1]
     if round(counts.sum()) != kept["n_rows"]:
         raise NodeRefusal(
@@ -678,13 +740,19 @@ def _lloyd_totals(kept, run, block, k, d):
             f"the clusters' counts add up to {counts.sum():g} rows; the participants "
             f"hold {kept['n_rows']}",
         )
+    participants = len(kept["participants"])
+    if np.any(present < 0) or np.any(present > participants) or np.any((counts > 0) > present):
+        raise NodeRefusal("well-formed", "the clusters' client counts cannot be right")
     filled = counts > 0
     new = run.centers.copy()
     new[filled] = run.centers[filled] + sums[filled] / counts[filled, None]
     run.n_iter += 1
+    backing = run.backing.copy()
+    backing[filled] = np.column_stack([counts, present])[filled]
     run.pending = {
         "centers": run.centers,
         "new": new,
+        "backing": backing,
         "sums": sums,
         "counts": counts,
         "changed": changed,
@@ -714,7 +782,8 @@ def _far_row_totals(kept, run, block, d):
     pending = run.pending
     n_donors = len(pending["donors"])
     far_sums = block[: n_donors * d].reshape(n_donors, d)
-    far_counts = block[n_donors * d :]
+    far_counts, far_present, near_present = block[n_donors * d :].reshape(3, n_donors)
+    _relocated_backing(pending, far_counts, far_present, near_present)
     new = relocate_empty(
         pending["centers"],
         pending["new"].copy(),
@@ -728,12 +797,26 @@ def _far_row_totals(kept, run, block, d):
     pending["finish"] = True
 
 
+def _relocated_backing(pending, far_counts, far_present, near_present):
+    """The backing of relocated centers, by the rule of :func:`relocate_empty`."""
+    counts, backing = pending["counts"], pending["backing"]
+    empty = np.flatnonzero(counts == 0)
+    for e, j, m, far, near in zip(
+        empty, pending["donors"], far_counts, far_present, near_present
+    ):
+        if m == 0 or m >= counts[j]:
+            continue
+        backing[e] = (m, far)
+        backing[j] = (counts[j] - m, near)
+
+
 def _finish_iteration(kept, run):
     """The end of an iteration: the new centers, and whether the run stops."""
     pending, run.pending, run.phase = run.pending, None, "lloyd"
     new = pending["new"]
     shift = float(((new - run.centers) ** 2).sum())
     run.centers = new
+    run.backing = pending["backing"]
     if pending["changed"] == 0:
         run.done = True
         # scikit-learn keeps the last assignment when no row moved; a relocated
@@ -772,6 +855,10 @@ def blind_release_step(data, inbox, state, party):
             best = (inertia, run, sizes, clients)
     inertia, run, sizes, clients = best
     _check_release(party.policy, sizes, clients)
+    # The released centers are the means the last iteration computed: their
+    # own clusters must be backed too, not only the final relabelling's.
+    backing_rows, backing_clients = run.backing.T
+    _check_release(party.policy, backing_rows, backing_clients, "the last iteration")
     labels = run.labels
     kept["stage"] = "released"
     return Reply(
@@ -786,18 +873,18 @@ def blind_release_step(data, inbox, state, party):
     )
 
 
-def _check_release(policy, sizes, clients):
+def _check_release(policy, sizes, clients, whose="the result"):
     rows, members = policy.min_rows_per_vector, policy.min_sum_participants
     for j in np.flatnonzero(sizes > 0):
         if rows is not None and sizes[j] < rows:
             raise NodeRefusal(
                 "min-rows-per-vector",
-                f"cluster {j} of the result holds {sizes[j]:g} rows (fewer than "
+                f"cluster {j} of {whose} holds {sizes[j]:g} rows (fewer than "
                 f"min-rows-per-vector={rows}): its center would be a near-row",
             )
         if policy.refuse_raw_rows and clients[j] < members:
             raise NodeRefusal(
                 "min-sum-participants",
-                f"cluster {j} of the result holds rows of {clients[j]:g} clients (fewer "
+                f"cluster {j} of {whose} holds rows of {clients[j]:g} clients (fewer "
                 f"than min-sum-participants={members})",
             )

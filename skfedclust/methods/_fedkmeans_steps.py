@@ -25,7 +25,7 @@ from ..federation import (
     summand,
     summary,
 )
-from ..node._declarations import dp_release
+from ..node._declarations import coordinator_centers, dp_release
 from ..node._dp import (
     charge_node,
     node_noise_share,
@@ -71,6 +71,7 @@ def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clust
     return Reply(send=(centers, sizes, np.int64(0)))
 
 
+@coordinator_centers
 @summand
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
     """Client step of one Lloyd iteration: per-cluster statistics of the client's rows.
@@ -105,6 +106,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     )
 
 
+@coordinator_centers
 @summand
 def fedkmeans_cluster_inertia(data, inbox, state, party):
     """Client step of the empty-cluster rule: per cluster, its rows' squared distances.
@@ -121,6 +123,7 @@ def fedkmeans_cluster_inertia(data, inbox, state, party):
     return Reply(send=np.bincount(labels, weights=squared, minlength=len(centers)))
 
 
+@coordinator_centers
 @summand
 def fedkmeans_far_rows(data, inbox, state, party):
     """Client step of the empty-cluster rule: statistics of the far rows of donor clusters.
@@ -202,6 +205,7 @@ def fedkmeans_farthest_rows(data, inbox, state, party):
     return Reply(send=(data[order], state[_LABELS][order].astype(np.int64)))
 
 
+@coordinator_centers
 @summand
 def fedkmeans_inertia(data, inbox, state, party, *, output):
     """Client step: squared distances of the rows to their nearest center, summed.
@@ -216,12 +220,14 @@ def fedkmeans_inertia(data, inbox, state, party, *, output):
     return Reply(send=inertia, output={"labels": labels} if output else None)
 
 
+@coordinator_centers
 @bound_only
 def fedkmeans_nearest_distances(data, inbox, state, party, *, centers):
     """Client step for bound agreement: each row's squared distance to its nearest center."""
     return Reply(send=squared_distances(data, np.asarray(centers)).min(axis=1))
 
 
+@coordinator_centers
 @summand
 def fedkmeans_score_inertia(data, inbox, state, party, *, centers):
     """Client step of ``score``: the squared distances of the rows to the model's centers."""

@@ -167,6 +167,10 @@ def resolve_client_step(name, allowed_modules=None, role="top"):
         ) from exc
     if not inspect.isfunction(obj) or not _allowed(obj.__module__, allowed_modules):
         raise NodeRefusal("step-contract", f"{name!r} is not a function of the allowed packages")
+    if policy is not None:
+        # A secure sum's vector answers the coordinator's centers as a step of
+        # its own would: the same rule.
+        policy.check_coordinator_centers(obj)
     params = _leading_parameters(obj)
     if params != _STEP_PARAMETERS:
         raise NodeRefusal(

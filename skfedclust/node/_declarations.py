@@ -59,6 +59,7 @@ __all__ = [
     "bound_only",
     "coded_shares",
     "contradictions",
+    "coordinator_centers",
     "data_independent",
     "declared_releases",
     "dp_release",
@@ -66,6 +67,7 @@ __all__ = [
     "on_private_rows",
     "peer_masked",
     "releases_nothing",
+    "takes_coordinator_centers",
     "releases_rows",
     "result",
     "sum_only",
@@ -200,6 +202,27 @@ def releases_nothing(step):
     inputs.
     """
     return _declare(step, "nothing")
+
+
+def coordinator_centers(step):
+    """Mark a client step whose exact statistics answer centers the coordinator chose.
+
+    Not a kind of release but a condition on running at all: exact Lloyd
+    totals for centers the coordinator picks adaptively are a reconstruction
+    oracle (Denning 1980; Dinur and Nissim 2003), whatever the secure sum
+    hides of each node's share. A node runs such a step only for a method its
+    operator names in ``allow-coordinator-centers`` (rule
+    ``coordinator-centers``); a default node names none, and runs
+    :class:`~skfedclust.FederatedKMeans` with the nodes choosing the centers
+    (``coordinator="blind"``).
+    """
+    step.__skfedclust_coordinator_centers__ = True
+    return step
+
+
+def takes_coordinator_centers(step):
+    """Whether ``step`` is marked :func:`coordinator_centers`."""
+    return bool(getattr(step, "__skfedclust_coordinator_centers__", False))
 
 
 def data_independent(step):

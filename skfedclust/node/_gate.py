@@ -57,6 +57,7 @@ def admit_step(step, policy, method=None, name=None):
     """
     name = step_name(step) if name is None else name
     policy.check_step(name, method=method)
+    policy.check_coordinator_centers(step, method=method)
     check_role(step, name, "top")
     policy.check_clear_sum(step)
     if not declared_releases(step):

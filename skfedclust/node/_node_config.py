@@ -424,6 +424,14 @@ POLICY_FIELDS = (
         "none",
         "estimator class names whose by-design row releases the node runs (* for every method)",
     ),
+    _policy(
+        "allow-coordinator-centers",
+        row_release_methods,
+        (),
+        "none",
+        "estimator class names whose exact statistics for coordinator-chosen centers the "
+        "node sends (* for every method)",
+    ),
 )
 
 #: What a Flower node reads itself (:func:`skfedclust.flower.make_client_app`).

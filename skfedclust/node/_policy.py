@@ -112,6 +112,17 @@ node therefore checks each request against its own policy before it answers:
     (the method's paper releases them, listed on the Security page) this
     node runs; a node refuses such a step of any other method (rule
     ``row-release``).
+``allow-coordinator-centers``
+    Comma-separated estimator class names (none by default; ``*`` for
+    every method): the methods for which this node sends exact statistics
+    for centers the coordinator chose (steps marked
+    :func:`~skfedclust.node._declarations.coordinator_centers`: the Lloyd
+    steps of ``FederatedKMeans(coordinator="sees-totals")``, and an array
+    start of a coordinator-blind fit); a node refuses them for any other
+    method (rule ``coordinator-centers``). Exact totals for centers a
+    coordinator moves adaptively give rows away; a default node runs
+    :class:`~skfedclust.FederatedKMeans` only with the nodes choosing the
+    centers (``coordinator="blind"``, its default) or under its DP budget.
 
 Each field is checked when the policy is read (at a Flower node's first
 message), with the node's other node-config fields
@@ -146,7 +157,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._declarations import declared_releases, on_private_rows
+from ._declarations import declared_releases, on_private_rows, takes_coordinator_centers
 from ._methods import package_method, package_method_names
 from ._node_config import NODE_CONFIG_FIELDS, POLICY_FIELDS, check_node_config
 from ._refusal import NodeRefusal
@@ -392,6 +403,9 @@ class NodePolicy:
     allow_row_release : tuple of str, default=()
         Estimator class names whose steps that release rows by design (the
         paper's own release) this node runs.
+    allow_coordinator_centers : tuple of str, default=()
+        Estimator class names for which this node sends exact statistics for
+        centers the coordinator chose (``"*"``: every method).
     """
 
     def __init__(
@@ -411,6 +425,7 @@ class NodePolicy:
         max_bound_queries=DEFAULT_MAX_BOUND_QUERIES,
         dp_trusted_shares=1,
         allow_row_release=(),
+        allow_coordinator_centers=(),
     ):
         # Every value goes through its node-config field's parser (the same as a
         # node config's): a policy built in Python is checked as one read from text.
@@ -430,6 +445,10 @@ class NodePolicy:
         self.dp_trusted_shares = _setting("dp-trusted-shares", dp_trusted_shares)
         #: Methods whose by-design row releases this node's operator allows.
         self.allow_row_release = _setting("allow-row-release", allow_row_release)
+        #: Methods whose exact statistics for coordinator-chosen centers this node sends.
+        self.allow_coordinator_centers = _setting(
+            "allow-coordinator-centers", allow_coordinator_centers
+        )
         self.allow_clear_sums = _setting("allow-clear-sums", allow_clear_sums)
         if privacy_ledger is True:
             privacy_ledger = None
@@ -493,6 +512,8 @@ class NodePolicy:
             dp_trusted_shares=SIMULATION_TRUSTED_SHARES,
             # Every method's own release of rows: they are the user's rows.
             allow_row_release=(ROW_RELEASE_WILDCARD,),
+            # The user is the coordinator: the centers are the user's choice.
+            allow_coordinator_centers=(ROW_RELEASE_WILDCARD,),
         )
 
     @classmethod
@@ -636,6 +657,38 @@ class NodePolicy:
             "allowed-methods",
             f"this node's policy allows the methods {', '.join(self.allowed_methods)}; "
             f"step {step_name} belongs to none of them",
+        )
+
+    def allows_coordinator_centers(self, method=None):
+        """Whether this node sends exact statistics for coordinator-chosen centers of ``method``.
+
+        ``method`` defaults to the one agreed at the handshake
+        (``agreed_method``'s context); ``None`` (unknown) is allowed only by
+        the wildcard ``"*"``.
+        """
+        if method is None:
+            method = _AGREED_METHOD.get()
+        allowed = self.allow_coordinator_centers
+        return ROW_RELEASE_WILDCARD in allowed or (method is not None and method in allowed)
+
+    def check_coordinator_centers(self, step, method=None, what=None):
+        """Refuse a step marked ``coordinator_centers`` unless the operator allows its method."""
+        if not takes_coordinator_centers(step) and what is None:
+            return
+        if self.allows_coordinator_centers(method):
+            return
+        method = method or _AGREED_METHOD.get()
+        name = f"{getattr(step, '__module__', '?')}:{getattr(step, '__qualname__', step)}"
+        listed = ",".join((*self.allow_coordinator_centers, method or "*"))
+        raise NodeRefusal(
+            "coordinator-centers",
+            f"step {name} {what or 'sends exact statistics for centers the coordinator chose'}"
+            "; exact totals for centers a coordinator moves adaptively give rows away, and "
+            f"this node's operator allows that for "
+            f"{', '.join(self.allow_coordinator_centers) or 'no method'} "
+            f"(allow-coordinator-centers), not for {method}. Fit with the nodes choosing "
+            'the centers (FederatedKMeans(coordinator="blind"), its default up to 50 '
+            f'clients), or set allow-coordinator-centers = "{listed}" in the node config',
         )
 
     def check_clear_sum(self, step):
@@ -818,7 +871,8 @@ class NodePolicy:
             f"allow_clear_sums={self.allow_clear_sums!r}, "
             f"privacy_ledger={self.privacy_ledger!r}, max_fits={self.max_fits!r}, "
             f"max_bound_queries={self.max_bound_queries!r}, "
-            f"allow_row_release={self.allow_row_release!r})"
+            f"allow_row_release={self.allow_row_release!r}, "
+            f"allow_coordinator_centers={self.allow_coordinator_centers!r})"
         )
 
 

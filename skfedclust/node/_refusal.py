@@ -44,6 +44,12 @@ RULES = {
         "from what is sent",
         "refuse-raw-rows",
     ),
+    "coordinator-centers": (
+        "exact statistics for centers the coordinator chose (the Lloyd steps of "
+        'coordinator="sees-totals", an array start of a blind fit), for a method the '
+        "operator did not name",
+        "allow-coordinator-centers",
+    ),
     "row-release": (
         "a step that releases rows by its method's design, for a method the operator did not name",
         "allow-row-release",
