@@ -6,7 +6,9 @@ halfspace ``x . u > t`` and the rest; moving ``t`` by bisection on the summed
 counts until they differ by one row, the difference of two per-cluster sums
 is that row, exactly, however many clients each perfectly masked sum covers.
 No rule on the shape of one message can see it: these totals are what
-k-means releases. The defence is a node's own differential-privacy budget:
+k-means releases. Two defences: a default node sends no exact statistic for
+centers the coordinator chose (rule ``coordinator-centers``; FederatedKMeans
+then runs with the nodes choosing every center, ``coordinator="blind"``), and
 a node with ``dp-epsilon`` sends no float value that is not a noisy release
 charged to it (rule ``dp-only``), so the exact sums are refused, and the noisy
 ones end when its budget is spent.
@@ -76,16 +78,41 @@ def _peel_one_row(query, lo=-2.0, hi=2.0, max_queries=200):
 
 
 def test_exact_totals_of_adaptive_centers_give_a_row_to_the_coordinator():
-    # The open attack the Security page states: a node without a budget answers
-    # every exact sum, each one over six clients and masked, and one row falls out.
-    X, runtime = _deployed(NodePolicy())
+    # The open attack the Security page states, where an operator lets the
+    # coordinator choose the centers: a node without a budget answers every exact
+    # sum, each one over six clients and masked, and one row falls out.
+    X, runtime = _deployed(NodePolicy(allow_coordinator_centers="*"))
     row = _peel_one_row(_halfspace_oracle(runtime))
     assert row is not None
     assert np.abs(X - row).max(axis=1).min() < 1e-9
 
 
+def test_a_default_node_answers_no_centers_the_coordinator_chose():
+    _, runtime = _deployed(NodePolicy())
+    with pytest.raises(PermissionError, match="rule 'coordinator-centers'"):
+        _peel_one_row(_halfspace_oracle(runtime))
+
+
+def test_the_far_start_attack_fails_against_default_nodes():
+    # The coordinator's other lever, a start of its choosing (one run from
+    # centers that isolate rows), is refused in the blind mode too.
+    X = np.random.default_rng(0).uniform(-1, 1, size=(N_CLIENTS * N_PER, D))
+    u = np.ones(D) / np.sqrt(D)
+    policy = NodePolicy(privacy_ledger="none")
+    with use_runtime(functools.partial(InProcessRuntime, policy=policy)):
+        with pytest.raises(PermissionError, match="rule 'coordinator-centers'"):
+            FederatedKMeans(2, init=_split_by_plane(u, 0.9), max_iter=1).fit(
+                np.array_split(X, N_CLIENTS)
+            )
+        # What the default releases: centers each backed by rows of several clients.
+        est = FederatedKMeans(2, random_state=0).fit(np.array_split(X, N_CLIENTS))
+    assert est.coordinator_ == "blind"
+    assert np.abs(X[:, None, :] - est.cluster_centers_[None]).max(axis=2).min() > 1e-3
+
+
 def test_a_node_with_a_budget_refuses_the_exact_totals():
-    _, runtime = _deployed(NodePolicy(dp_epsilon=1.0))
+    # Even where the operator lets the coordinator choose the centers.
+    _, runtime = _deployed(NodePolicy(dp_epsilon=1.0, allow_coordinator_centers="*"))
     with pytest.raises(PermissionError, match="rule 'dp-only'"):
         _peel_one_row(_halfspace_oracle(runtime))
 

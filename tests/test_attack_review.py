@@ -24,14 +24,17 @@ from skfedclust.metrics import cluster_moments_bound_step
 from skfedclust.node._policy import NodePolicy
 
 
-def _deployed(n_per_client=20, n_clients=4, d=3, seed=0, clear_sums=True):
-    # Nodes that allow sums in the clear (secure_aggregation=False), so that the
-    # row rules are what refuses; ``clear_sums=False`` is the default node.
+def _deployed(n_per_client=20, n_clients=4, d=3, seed=0, clear_sums=True, centers=True):
+    # Nodes that allow sums in the clear (secure_aggregation=False) and centers the
+    # coordinator chose (coordinator="sees-totals"), so that the row rules are what
+    # refuses; ``clear_sums=False, centers=False`` is the default node.
     X = np.random.default_rng(seed).normal(size=(n_per_client * n_clients, d))
     rows = [np.arange(n_per_client * c, n_per_client * (c + 1)) for c in range(n_clients)]
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    policy = NodePolicy(allow_clear_sums=clear_sums)
+    policy = NodePolicy(
+        allow_clear_sums=clear_sums, allow_coordinator_centers="*" if centers else ()
+    )
     return X, rows, InProcessRuntime(federation, policy=policy)
 
 
@@ -61,6 +64,15 @@ def test_every_bound_only_step_is_refused_on_its_own_and_as_a_summand(step, publ
         resolve_client_step(name, ("skfedclust",), role="summand")
     with pytest.raises(PermissionError, match="refused as a step of its own"):
         resolve_client_step(name, ("skfedclust",), role="top")
+
+
+def test_a_default_node_answers_no_centers_the_coordinator_chose():
+    # Before any row rule: exact Lloyd statistics for the coordinator's centers.
+    _, _, runtime = _deployed(centers=False)
+    runtime.broadcast(np.zeros((2, 3)), tag=TAG_CENTERS)
+    with pytest.raises(PermissionError, match="coordinator-centers"):
+        runtime.run(fedkmeans_lloyd_statistics, tag="harvest")
+    assert _no_message(runtime, "harvest")
 
 
 def test_lloyd_statistics_of_one_more_center_than_half_the_rows_are_refused():
@@ -191,7 +203,9 @@ def _deployed_nodes(n_clients=4, n_per=20, d=3, seed=0):
     rows = [np.arange(n_per * c, n_per * (c + 1)) for c in range(n_clients)]
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    return X, InProcessRuntime(federation, policy=NodePolicy(allow_clear_sums=True))
+    # Centers the coordinator chose are allowed: the farthest-row rules are what refuses.
+    policy = NodePolicy(allow_clear_sums=True, allow_coordinator_centers="*")
+    return X, InProcessRuntime(federation, policy=policy)
 
 
 def test_largest_distances_and_farthest_rows_are_refused_where_rows_stay_in():

@@ -8,6 +8,7 @@ sends them centers, changes parameters for one node or calls steps out of
 order is refused by the nodes, naming the rule.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -329,3 +330,19 @@ def test_a_node_with_fewer_rows_than_the_result_has_centers_still_takes_part():
     with use_runtime(Deployed):
         est = FederatedKMeans(4, coordinator="blind", random_state=0).fit(small)
     assert est.cluster_centers_.shape == (4, 4)
+
+
+def test_a_re_run_over_one_node_fewer_is_refused_across_fits(tmp_path):
+    # Two fits whose first totals differ by one node would give that node's
+    # statistics to peers colluding with the coordinator: the ledger of each node
+    # keys the first totals by their counts (which a nudged start keeps).
+    X = _blobs()
+    blocks = np.array_split(X, 6)
+    init = X[[0, 7, 11, 19]]
+    policy = NodePolicy(privacy_ledger=str(tmp_path), allow_coordinator_centers="FederatedKMeans")
+    with use_runtime(functools.partial(InProcessRuntime, policy=policy)):
+        FederatedKMeans(4, init=init, coordinator="blind").fit(blocks)
+        with pytest.raises(PermissionError, match="one-sum-per-input"):
+            FederatedKMeans(4, init=init + 1e-6, coordinator="blind").fit(blocks[:5])
+        # Three nodes fewer isolate no node: the fit runs.
+        FederatedKMeans(4, init=init, coordinator="blind").fit(blocks[:3])

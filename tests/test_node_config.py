@@ -59,6 +59,7 @@ CASES = {
     "privacy-ledger": ("none", False, [True, 3]),
     "max-fits": ("4", 4, ["2.5", "0", "-1", True]),
     "allow-row-release": ("FederatedFuzzyCMeans", ("FederatedFuzzyCMeans",), ["KMeans", ","]),
+    "allow-coordinator-centers": ("FederatedKMeans", ("FederatedKMeans",), ["KMeans", ","]),
     "data-path": ("/data/org_a.npy", "/data/org_a.npy", [3, True]),
     "new-data-path": ("/data/new.npy", "/data/new.npy", [3, True]),
     "labels-path": ("/out/labels.npy", "/out/labels.npy", [3, True]),

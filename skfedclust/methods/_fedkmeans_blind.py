@@ -49,6 +49,7 @@ from ..federation import Reply, reads
 from ..node._declarations import data_independent, peer_masked, result, summary
 from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
+from ..node._sum_guard import value_keys
 from ..secure._secure_sum import keystream
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
 from ._ffcm import ffcm_local_centers
@@ -499,7 +500,10 @@ def blind_iteration_step(data, inbox, state, party):
         values, scales = _final_statistics(kept, data)
         kept["final"] = True
     else:
+        first = kept["variance"] is None
         values, scales = _iteration_statistics(kept, data)
+        if first:
+            _join_first_totals(party, kept)
     kept["round"] += 1
     kept["scales"] = scales
     upload = ring_add(encode(values, scales), mask(len(values), kept["seeds"], me, kept["round"]))
@@ -607,6 +611,8 @@ def _iteration_statistics(kept, data):
             # The clients holding rows of each cluster: the backing of its next center.
             present = (counts > 0).astype(np.float64)
             parts += [sums.ravel(), counts.astype(np.float64), present, [float(changed)]]
+            if first:
+                kept.setdefault("first statistics", []).append((counts, sums))
             scales.append(fixed_point_scales(exponent, n_rows, d, k, 1, False))
         elif run.phase == "inertia":
             deviations = data - run.centers[run.labels]
@@ -626,6 +632,33 @@ def _iteration_statistics(kept, data):
     scales = np.concatenate(scales).astype(np.int64)
     _check_bounds(values, scales)
     return values, scales
+
+
+def _join_first_totals(party, kept):
+    """Record the first iteration's statistics in the node's ledger, refusing a re-run.
+
+    A second fit whose first totals differ from an earlier fit's by one or two
+    clients (the same start over a federation short of one node, or a start
+    nudged so that every row keeps its cluster) gives peers colluding with
+    the coordinator the difference: those clients' statistics. The node's
+    privacy ledger keys the statistic by what it reveals (its per-cluster
+    counts, which a nudged start does not move, and its sums) and refuses,
+    across fits, a sum over participants that would isolate fewer than
+    ``min-sum-participants`` clients (rule ``one-sum-per-input``, as for
+    every secure sum).
+    """
+    ledger = party.ledger
+    if ledger is None:
+        return
+    keys = []
+    for counts, sums in kept.pop("first statistics", ()):
+        keys += [*value_keys(counts), *value_keys(sums)]
+    if keys:
+        ledger.join_sum(
+            tuple(keys),
+            ledger.identities(party, kept["participants"]),
+            minimum=party.policy.min_sum_participants,
+        )
 
 
 def _far_rows(data, run):
@@ -801,9 +834,7 @@ def _relocated_backing(pending, far_counts, far_present, near_present):
     """The backing of relocated centers, by the rule of :func:`relocate_empty`."""
     counts, backing = pending["counts"], pending["backing"]
     empty = np.flatnonzero(counts == 0)
-    for e, j, m, far, near in zip(
-        empty, pending["donors"], far_counts, far_present, near_present
-    ):
+    for e, j, m, far, near in zip(empty, pending["donors"], far_counts, far_present, near_present):
         if m == 0 or m >= counts[j]:
             continue
         backing[e] = (m, far)

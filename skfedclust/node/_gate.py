@@ -10,8 +10,9 @@ In order, a node:
 
 1. admits the step (:func:`admit_step`): it belongs to the method agreed at
    the handshake and to a method the policy allows, it declares what it
-   releases, its declaration allows it to run on its own, and a summand runs
-   on its own only where clear sums are allowed;
+   releases, its declaration allows it to run on its own, a summand runs on
+   its own only where clear sums are allowed, and a step answering centers
+   the coordinator chose only where its operator allows it;
 2. runs it on its own rows, its inbox and a read-only view of its state,
    with steps it names (the vector of a secure sum) admitted by the same
    policy and method;
@@ -57,9 +58,9 @@ def admit_step(step, policy, method=None, name=None):
     """
     name = step_name(step) if name is None else name
     policy.check_step(name, method=method)
-    policy.check_coordinator_centers(step, method=method)
     check_role(step, name, "top")
     policy.check_clear_sum(step)
+    policy.check_coordinator_centers(step, method=method)
     if not declared_releases(step):
         raise NodeRefusal(
             "declared-release",

@@ -686,7 +686,8 @@ class NodePolicy:
             "; exact totals for centers a coordinator moves adaptively give rows away, and "
             f"this node's operator allows that for "
             f"{', '.join(self.allow_coordinator_centers) or 'no method'} "
-            f"(allow-coordinator-centers), not for {method}. Fit with the nodes choosing "
+            f"(allow-coordinator-centers), not for "
+            f"{method or 'a fit whose method no handshake named'}. Fit with the nodes choosing "
             'the centers (FederatedKMeans(coordinator="blind"), its default up to 50 '
             f'clients), or set allow-coordinator-centers = "{listed}" in the node config',
         )
