@@ -712,54 +712,24 @@ def _far_pair_fit(far_rows, extra_rows):
     return results, _released(results)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LEAK (one colluding node, default nodes): the counts and presence flags of "
-    "an upload are unverifiable; the nodes check the totals' presence against bounds "
-    "only (0 <= presence <= participants, > 0 where the count is). The colluder starts a "
-    "cluster at a far row of an honest node (its local centers choose the start) and adds, "
-    "in every Lloyd upload and in the final one, one row at that cluster's own mean "
-    "(taken from another cluster's mean: no center moves) and two clients of presence: "
-    "both the last iteration's backing and the final sizes pass min-rows-per-vector and "
-    "min-sum-participants, and every node but the row's owner (raw-row) releases the row "
-    "as a center.",
-)
 def test_a_colluding_node_cannot_make_the_others_release_a_lonely_row():
+    # The colluder adds one row and two clients of presence to a cluster of one
+    # honest row: more clients than rows cannot be right (rule well-formed). A
+    # colluder that adds enough fake rows too stays within the bounds: see
+    # test_a_colluding_node_cannot_steer_the_centers_to_a_row.
     lonely = np.full((1, D), 5.0)
-    results, released = _far_pair_fit(lonely, extra_rows=1)
-    rules = {c: r.rule for c, r in results.items() if isinstance(r, NodeRefusal)}
-    assert released is None or _nearest_center_distance(released, lonely[0]) > 1e-6, rules
+    with pytest.raises(NodeRefusal, match="well-formed.*client counts cannot be right"):
+        _far_pair_fit(lonely, extra_rows=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LEAK (one colluding node, default nodes): presence is checked against bounds "
-    "only, so a colluder adding two clients to the presence of a cluster holding two rows "
-    "of one honest node (in every Lloyd upload and the final one; no count or sum changes) "
-    "makes every node pass min-sum-participants and release the mean of that node's two "
-    "rows as a center.",
-)
 def test_inflated_presence_does_not_pass_min_sum_participants():
+    # Two clients of presence added to a cluster of two rows of one node: three
+    # clients holding two rows cannot be right (rule well-formed).
     pair = np.array([[5.0, 5.0, 5.0], [5.2, 5.0, 5.0]])
-    results, released = _far_pair_fit(pair, extra_rows=0)
-    assert released is None or _nearest_center_distance(released, pair.mean(axis=0)) > 1e-6
+    with pytest.raises(NodeRefusal, match="well-formed.*client counts cannot be right"):
+        _far_pair_fit(pair, extra_rows=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LEAK (one colluding node, default nodes, one fit): the relocation rounds are a "
-    "distance query. The colluder keeps a far empty cluster (its local centers choose the "
-    "start), so every iteration relocates: in the inertia phase it sets the donor's "
-    "inertia total (nothing bounds it but >= 0), hence the far-row threshold; the far "
-    "totals, less its own, are the count and sum of the honest rows farther than that "
-    "from the donor's center; it then zeroes the far count in its far upload (far counts "
-    "and presence are not checked at all) so no center moves, keeps 'changed' and a "
-    "1e-7 shift going in its Lloyd uploads, and bisects the threshold over the "
-    "iterations to a far count of one: an honest row.",
-)
 def test_a_colluder_in_the_relocation_rounds_learns_no_row():
     n_clients, colluder, k = 5, 4, 2
     runtime, blocks = _nodes(np.array_split(_data(n_clients, 20), n_clients))
@@ -796,25 +766,15 @@ def test_a_colluder_in_the_relocation_rounds_learns_no_row():
             delta[: D + 2] = -totals[: D + 2]  # no far row: nothing relocates
         _lie(runtime, colluder, delta)
 
-    with pytest.raises(Stop):
+    # Zeroing the far rows' count leaves the near rows more clients than rows, or
+    # a far count without clients: the nodes refuse the totals (rule well-formed)
+    # before the bisection gets far.
+    with pytest.raises(NodeRefusal, match="well-formed"):
         _blind_fit(runtime, list(range(n_clients)), hook=hook, max_iter=300, tol=0.0)
     row = state["row"]
     assert row is None or _nearest_row_distance(honest_rows, row) > 1e-6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG (one colluding node, default nodes): the far-row totals are not checked "
-    "(_far_row_totals: no bound on the far count, far presence or near presence, unlike "
-    "the Lloyd totals' presence). A total far count of -1 passes relocate_empty's "
-    "'m == 0 or m >= counts[j]' skip: the empty cluster moves to the donor's center minus "
-    "the far sum, and its backing rows become -1, which the release's check skips (it "
-    "checks clusters of positive backing only), so that center is never checked against "
-    "min-rows-per-vector / min-sum-participants as the last iteration's. Expected: "
-    "refused, well-formed (0 <= far count < the donor's count; 0 <= presence <= "
-    "participants, > 0 where the far or near count is).",
-)
 def test_far_totals_out_of_bounds_are_refused():
     n_clients, colluder = 5, 4
     runtime, _ = _nodes(np.array_split(_data(n_clients, 20), n_clients))
@@ -856,19 +816,9 @@ def test_a_relocation_to_one_far_row_is_not_released():
     assert {r.rule for r in results.values()} == {"min-rows-per-vector"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LEAK (one colluding node, two fits): nothing in the blind protocol consults "
-    "the node's ledger (rule one-sum-per-input covers secure sums only). A second fit from "
-    "the same start (an array init where the operator allows it; on default nodes the "
-    "colluder's heavy local centers fix it within 1e-10) with one participant fewer is run "
-    "by every node; the colluder differences the two first-iteration totals and gets the "
-    "missing node's per-cluster sums and counts.",
-)
 @pytest.mark.parametrize("allow", [ALLOW, ()], ids=["array start allowed", "default nodes"])
 def test_a_re_run_with_one_participant_fewer_is_refused(tmp_path, allow):
-    n_clients, colluder, k = 5, 0, 2
+    n_clients, colluder = 5, 0
     X = _data(n_clients, 20)
     start = _split(0.0, X.mean(axis=0))
     totals, starts = [], []
@@ -881,22 +831,18 @@ def test_a_re_run_with_one_participant_fewer_is_refused(tmp_path, allow):
             starts.append(_kept(runtime, colluder)["runs"][0].centers)
             raise Stop
 
-    for participants in ([0, 1, 2, 3, 4], [0, 1, 2, 3]):
-        runtime, blocks = _runtime(X, n_clients, tmp_path, allow=allow)
-        with pytest.raises(Stop):
-            _blind_fit(
-                runtime,
-                participants,
-                hook=first_totals,
-                init=start if allow else None,
-                tol=0.0,
-            )
-    difference = totals[0] - totals[1]
-    _, sums, counts, _, _ = lloyd_pass(blocks[4], starts[0], inertia=False)
-    assert not (
-        np.allclose(difference[: k * D], sums.ravel(), atol=1e-6)
-        and np.array_equal(np.rint(difference[k * D : k * D + k]), counts)
-    )
+    # The same start (an array init where the operator allows it; on default nodes
+    # the colluder's heavy local centers fix it within 1e-10), one participant
+    # fewer: the difference of the first totals would be node 4's statistics.
+    # Each node's ledger keys its first statistics by what they reveal (counts and
+    # sums) and refuses the second fit before its upload leaves (one-sum-per-input).
+    runtime, blocks = _runtime(X, n_clients, tmp_path, allow=allow)
+    with pytest.raises(Stop):
+        _blind_fit(runtime, [0, 1, 2, 3, 4], hook=first_totals, init=start if allow else None)
+    runtime, blocks = _runtime(X, n_clients, tmp_path, allow=allow)
+    with pytest.raises(PermissionError, match="one-sum-per-input"):
+        _blind_fit(runtime, [0, 1, 2, 3], hook=first_totals, init=start if allow else None)
+    assert len(totals) == 1
 
 
 def test_a_second_set_up_in_the_same_fit_is_refused():
@@ -947,7 +893,8 @@ def _interrupted(step, at, **public):
         (blind_iteration_step, "reveal", "stage"),  # an iteration before the start opens
         (blind_reveal_step, 2, "stage"),
         # A sees-totals Lloyd step on its own (in a secure sum: the test below).
-        (fedkmeans_lloyd_statistics, 2, "coordinator-centers"),
+        # A summand on its own is refused first as a clear sum.
+        (fedkmeans_lloyd_statistics, 2, "clear-sum"),
         (label_by_nearest_center, 2, "agreed-method"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
@@ -1004,7 +951,9 @@ def test_a_sees_totals_step_is_refused_by_a_default_node(step, secure):
             aggregator.sum(step, tag="lloyd", bounds=[2.0**12, None, None])
         else:
             runtime.run(step, tag="lloyd", clients=[0, 1, 2, 3])
-    assert refused.value.rule == "coordinator-centers"
+    # On its own, a summand is refused first as a clear sum; in a secure sum, as
+    # statistics for the coordinator's centers.
+    assert refused.value.rule == ("coordinator-centers" if secure else "clear-sum")
 
 
 def test_the_score_inertia_for_chosen_centers_is_refused_by_a_default_node():

@@ -773,9 +773,7 @@ def _lloyd_totals(kept, run, block, k, d):
             f"the clusters' counts add up to {counts.sum():g} rows; the participants "
             f"hold {kept['n_rows']}",
         )
-    participants = len(kept["participants"])
-    if np.any(present < 0) or np.any(present > participants) or np.any((counts > 0) > present):
-        raise NodeRefusal("well-formed", "the clusters' client counts cannot be right")
+    _check_counts(counts, present, len(kept["participants"]), "the clusters'")
     filled = counts > 0
     new = run.centers.copy()
     new[filled] = run.centers[filled] + sums[filled] / counts[filled, None]
@@ -816,6 +814,10 @@ def _far_row_totals(kept, run, block, d):
     n_donors = len(pending["donors"])
     far_sums = block[: n_donors * d].reshape(n_donors, d)
     far_counts, far_present, near_present = block[n_donors * d :].reshape(3, n_donors)
+    donor_counts = pending["counts"][pending["donors"]]
+    participants = len(kept["participants"])
+    _check_counts(far_counts, far_present, participants, "the far rows'", donor_counts)
+    _check_counts(donor_counts - far_counts, near_present, participants, "the near rows'")
     _relocated_backing(pending, far_counts, far_present, near_present)
     new = relocate_empty(
         pending["centers"],
@@ -828,6 +830,28 @@ def _far_row_totals(kept, run, block, d):
     pending["relocated"] = not np.array_equal(new, pending["new"])
     pending["new"] = new
     pending["finish"] = True
+
+
+def _check_counts(counts, present, participants, what, most=None):
+    """Counts and client counts that honest nodes' uploads can add up to.
+
+    Row counts are whole numbers from 0 (to ``most``); a cluster holds rows
+    of between one client and as many as it has rows, and of no more clients
+    than take part. A colluder's own upload still shifts them within these
+    bounds (no node can verify another's statistics).
+    """
+    counts, present = np.asarray(counts), np.asarray(present)
+    bad = (
+        np.any(counts < 0)
+        or np.any(counts != np.rint(counts))
+        or np.any(present < 0)
+        or np.any(present > participants)
+        or np.any(present > counts)
+        or np.any((counts > 0) & (present < 1))
+        or (most is not None and np.any(counts > most))
+    )
+    if bad:
+        raise NodeRefusal("well-formed", f"{what} counts or client counts cannot be right")
 
 
 def _relocated_backing(pending, far_counts, far_present, near_present):
