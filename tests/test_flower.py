@@ -1444,6 +1444,8 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
     holders as SuperNodes, one ``flwr run`` fitting every method."""
     import shlex
 
+    import joblib
+
     from skfedclust.federation import use_runtime
 
     sys.path.insert(0, str(EXAMPLE_APP))
@@ -1502,6 +1504,18 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         assert summary["method"] == type(reference).__name__
         if hasattr(reference, "cluster_centers_"):
             np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
+        else:
+            assert summary["cluster_centers"] is None
+        # What the server holds after the fit (FedSC's coefficients, the
+        # iteration counts), as the in-process fit has it.
+        fitted = joblib.load(out / f"{method}-estimator.joblib")
+        for attribute in ("cluster_centers_", "coef_", "n_iter_", "inertia_"):
+            if hasattr(reference, attribute):
+                np.testing.assert_array_equal(
+                    getattr(fitted, attribute),
+                    getattr(reference, attribute),
+                    err_msg=f"{method}: {attribute}",
+                )
         _assert_same_communication(
             {**summary["communication"], "per_client": {}},
             {**reference.communication_, "per_client": {}},
