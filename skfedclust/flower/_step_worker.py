@@ -369,6 +369,11 @@ def _connect(path):
     return connection
 
 
+#: The workers this process started, never collected: Popen warns when it is
+#: collected while its process runs, and a worker is meant to outlive this process.
+_STARTED = []
+
+
 def _start_worker(folder, target, node_id, idle):
     """Start the worker of ``folder``, told which process is its node's."""
     node_pid, node_start = _node_process()
@@ -401,13 +406,8 @@ def _start_worker(folder, target, node_id, idle):
             start_new_session=True,
             close_fds=True,
         )
-    # Kept, never collected: Popen warns when it is collected while its process
-    # runs, and the worker is meant to outlive this process.
     _STARTED.append(process)
     return process
-
-
-_STARTED = []
 
 
 @contextlib.contextmanager
