@@ -184,9 +184,10 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir, *, step_worke
             )
             total = time.perf_counter() - started
     finally:
+        # A worker removes its log when its SuperNode stops: read the logs first.
+        worker_seconds = _worker_seconds(Path(env["TMPDIR"]))
         stop(processes)
         _stop_step_workers(env["TMPDIR"])
-        worker_seconds = _worker_seconds(Path(env["TMPDIR"]))
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     produced = workdir / ("measured.json" if method == "floor" else "measured/summary.json")
     if not produced.exists():
@@ -223,7 +224,7 @@ def deployment(n_nodes, method, task_poll, poll_interval, workdir, *, step_worke
 def _worker_seconds(tmpdir):
     """Per node (one worker log each): the seconds its worker spent on each message."""
     out = []
-    for log in sorted(tmpdir.glob("skfedclust-*/*.log")):
+    for log in sorted(tmpdir.glob("skfedclust-*/*/log")):
         seconds = [
             float(line.split()[-2])
             for line in log.read_text().splitlines()

@@ -56,6 +56,7 @@ from skfedclust.flower import (  # noqa: E402
     load_trusted_identities,
     make_client_app,
 )
+from skfedclust.flower import _step_worker as step_worker  # noqa: E402
 from skfedclust.flower._codec import decode, encode, from_bytes, to_bytes  # noqa: E402
 from skfedclust.flower._crypto import KeyPair, open_sealed, seal  # noqa: E402
 from skfedclust.flower._wire import resolve_step, step_name  # noqa: E402
@@ -1439,10 +1440,14 @@ def test_running_md_runs_the_deployment_tests_parameters():
 
 @DEPLOYMENT
 @FLWR_TOOLS
-def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_deployment):
+def test_local_deployment_fits_every_method_with_one_flwr_run(
+    tmp_path, local_deployment, monkeypatch
+):
     """The commands of RUNNING.md: a SuperLink, three organisations and two share
     holders as SuperNodes, one ``flwr run`` fitting every method."""
     import shlex
+
+    import joblib
 
     from skfedclust.federation import use_runtime
 
@@ -1462,6 +1467,7 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         timeout=60,
     ).stdout.splitlines()
     assert len(printed) == 5
+    supernodes = []
     for i, (command, port) in enumerate(zip(printed, _free_ports(5))):
         args = shlex.split(command)
         # The printed ports (9101...) may be taken on a shared machine.
@@ -1469,7 +1475,7 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         # A fixed private seed (tests only) gives DC's parties the private
         # anchors of the in-process reference below.
         args[args.index("--node-config") + 1] += " private-seed=5"
-        local_deployment.start(f"supernode_{i}", args)
+        supernodes.append(local_deployment.start(f"supernode_{i}", args))
     config = {"method": "all", "n-clusters": 3, "random-state": 0}
     params = json.dumps(DEPLOYMENT_PARAMS)
     started = time.monotonic()
@@ -1484,9 +1490,11 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
     )
     seconds = time.monotonic() - started
     # Each node ran its messages in its long-lived step worker (prepare_data sets
-    # step-worker=true): one listening socket per SuperNode.
-    sockets = list((Path(local_deployment.tmpdir) / f"skfedclust-{os.getuid()}").glob("*.sock"))
-    assert len(sockets) == 5, (sockets, run.stdout[-2000:])
+    # step-worker=true): one per SuperNode, which ends with it.
+    monkeypatch.setattr(tempfile, "tempdir", local_deployment.tmpdir)
+    workers = step_worker.list_workers()
+    assert len(workers) == 5 and all(w.running for w in workers), (workers, run.stdout[-2000:])
+    assert {w.node_pid for w in workers} == {node.pid for node in supernodes}
     data, out = tmp_path / "data", tmp_path / "out"
     blocks = _demo_blocks(3)
     sizes = [len(b) for b in blocks]
@@ -1502,6 +1510,18 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
         assert summary["method"] == type(reference).__name__
         if hasattr(reference, "cluster_centers_"):
             np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
+        else:
+            assert summary["cluster_centers"] is None
+        # What the server holds after the fit (FedSC's coefficients, the
+        # iteration counts), as the in-process fit has it.
+        fitted = joblib.load(out / f"{method}-estimator.joblib")
+        for attribute in ("cluster_centers_", "coef_", "n_iter_", "inertia_"):
+            if hasattr(reference, attribute):
+                np.testing.assert_array_equal(
+                    getattr(fitted, attribute),
+                    getattr(reference, attribute),
+                    err_msg=f"{method}: {attribute}",
+                )
         _assert_same_communication(
             {**summary["communication"], "per_client": {}},
             {**reference.communication_, "per_client": {}},
@@ -1523,6 +1543,14 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(tmp_path, local_de
             assert policy["min_rows_per_vector"] == 2 and len(policy["allowed_methods"]) == 10
         checked.append(method)
     assert len(checked) == 11
+    # A SuperNode stopped, its worker ends and removes its folder.
+    for node in supernodes:
+        node.terminate()
+    deadline = time.monotonic() + 60
+    while step_worker.list_workers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert step_worker.list_workers() == []
+    assert not any((Path(local_deployment.tmpdir) / f"skfedclust-{os.getuid()}").iterdir())
     # One method's run leaves the plain labels-path alone; nothing of the run
     # lands in the app folder, which the next run would bundle.
     assert not (data / "org_0_labels.npy").exists()

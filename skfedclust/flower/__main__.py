@@ -1,4 +1,4 @@
-"""Command line of skfedclust.flower: ``keygen``, ``show``, ``ledger`` and ``check-config``.
+"""Command line of skfedclust.flower: keygen, show, ledger, check-config and workers.
 
 ``keygen`` writes a node's long-term identity key (Ed25519, PEM, readable by
 its owner only) and prints its public key and fingerprint. The node's
@@ -27,6 +27,13 @@ Flower guide's node-config reference), so that its operator finds a misspelt
 field before starting the SuperNode; ``--field NAME`` declares a field the
 app's own loader reads. It prints each field as the node reads it and the
 policy, or the refusal, naming the field (exit status 2).
+
+``workers list`` prints this user's step workers (the long-lived processes of
+SuperNodes started with ``step-worker=true``): pid, the pid of the SuperNode
+it ends with, node id, age and folder, and whether it runs. ``workers stop
+PID...`` stops the named ones (SIGTERM: a worker finishes the message it is
+answering, then removes its folder); ``workers stop --all`` stops every one
+and removes the folders of workers that ended on a failure (their logs).
 """
 
 from __future__ import annotations
@@ -78,7 +85,15 @@ def main(argv=None):
         default=[],
         help="a field the app's own functions read (repeat for several)",
     )
+    workers = commands.add_parser("workers", help="list or stop this user's step workers")
+    worker_actions = workers.add_subparsers(dest="action", required=True)
+    worker_actions.add_parser("list", help="print each step worker of this user")
+    stop = worker_actions.add_parser("stop", help="stop step workers of this user")
+    stop.add_argument("pids", nargs="*", type=int, metavar="PID", help="as workers list shows")
+    stop.add_argument("--all", action="store_true", help="every step worker of this user")
     args = parser.parse_args(argv)
+    if args.command == "workers":
+        return _workers(parser, args)
     if args.command == "ledger":
         return _ledger(parser, args)
     if args.command == "check-config":
@@ -122,6 +137,50 @@ def _ledger(parser, args):
     for name in names:
         print(f"{name}: {args.what} reset")
     return 0
+
+
+def _workers(parser, args):
+    from ._step_worker import list_workers, stop_workers, worker_socket_directory
+
+    if args.action == "list":
+        workers = list_workers()
+        if not workers:
+            print(f"no step worker of user {os.getuid()}")
+            return 0
+        print(f"{'PID':>8} {'SUPERNODE':>9} {'NODE':>20} {'AGE':>8}  {'STATE':<8} FOLDER")
+        for worker in workers:
+            print(_worker_line(worker))
+        return 0
+    if args.all == bool(args.pids):
+        parser.exit(2, "workers stop needs the workers' PIDs (see workers list) or --all\n")
+    try:
+        stopped = stop_workers(None if args.all else args.pids)
+    except (PermissionError, ValueError) as exc:
+        parser.exit(2, f"{exc}\n")
+    for worker in stopped:
+        what = "stopped" if worker.running else "removed the folder of ended worker"
+        print(f"{what} {worker.pid} ({worker.folder})")
+    if not stopped:
+        print(f"no step worker of user {os.getuid()} in {worker_socket_directory()}")
+    return 0
+
+
+def _worker_line(worker):
+    import time
+
+    node_pid = "-" if worker.node_pid is None else worker.node_pid
+    node_id = "-" if worker.node_id is None else worker.node_id
+    state = "running" if worker.running else "ended"
+    age = _duration(time.time() - worker.started)
+    return f"{worker.pid:>8} {node_pid:>9} {node_id:>20} {age:>8}  {state:<8} {worker.folder}"
+
+
+def _duration(seconds):
+    """``42 s``, ``7 min``, ``3 h``, ``2 d``: the largest whole unit."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(max(seconds, 0))} s"
 
 
 def _check_config(parser, text, fields):
