@@ -404,6 +404,9 @@ def test_the_guides_times_are_the_measured_ones():
         f"the k-FED run of section 3 {minutes['run-kfed']} minutes and the simulation "
         f"{minutes['simulation']} (`benchmarks/results/running_times.md`" in text
     )
+    page = (ROOT / "benchmarks" / "results" / "running_times.md").read_text()
+    loads = re.search(r"before the run: ([\d.]+)/.*; after: ([\d.]+)/", page)
+    assert f"load average {loads[1]} before the guide's commands, {loads[2]} after" in text
 
 
 @DEPLOYMENT
