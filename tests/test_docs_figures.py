@@ -182,7 +182,10 @@ TYPED_FIGURES_KEPT = {
         **dict.fromkeys(["39 GB", "800 MB"], "8 n² bytes of a dense D, arithmetic"),
         "1.75": "the floor of a faithful simulation, counted in products, not measured",
     },
-    "flower.rst": {"1.42": "Flower's version number"},
+    "flower.rst": {
+        "1.42": "Flower's version number",
+        "3.10": "the oldest Python version supported, a requirement",
+    },
     "privacy.rst": {
         "1.25": "the constant of the classical Gaussian mechanism, sqrt(2 ln(1.25 / delta))",
         "3.22": "the number of a theorem (Dwork and Roth 2014)",

@@ -1478,16 +1478,16 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(
         supernodes.append(local_deployment.start(f"supernode_{i}", args))
     config = {"method": "all", "n-clusters": 3, "random-state": 0}
     params = json.dumps(DEPLOYMENT_PARAMS)
+    # RUNNING.md's all-methods command, its results written in the test's folder.
+    from test_running_guide import GUIDE, guide_blocks
+
+    (block,) = [b for b in guide_blocks(GUIDE.read_text()) if b.id == "run-all"]
+    (command,) = [line for line in block.text.splitlines() if line.startswith("flwr run ")]
+    args = shlex.split(command)[1:]
+    assert args[-2] == "--run-config", args
+    args[-1] += f" output-dir='{tmp_path / 'out'}'"
     started = time.monotonic()
-    run = local_deployment.flwr(
-        "run",
-        ".",
-        "local-deployment",
-        "--stream",
-        "--run-config",
-        f"method='all' n-nodes=5 params='{params}' output-dir='{tmp_path / 'out'}'",
-        timeout=2400,
-    )
+    run = local_deployment.flwr(*args, timeout=2400)
     seconds = time.monotonic() - started
     # Each node ran its messages in its long-lived step worker (prepare_data sets
     # step-worker=true): one per SuperNode, which ends with it.
@@ -1573,40 +1573,6 @@ def _stop_local_superlink(port):
             _, alive = psutil.wait_procs([process, *children], timeout=10)
             for p in alive:
                 p.kill()
-
-
-@DEPLOYMENT
-@FLWR_TOOLS
-def test_flwr_run_simulates_the_example_app_on_its_demo_data(tmp_path):
-    """``flwr run .`` as the guide says: Flower's own local SuperLink, simulated nodes."""
-    flower = _Deployment(tmp_path)
-    http_port, control_port = _free_ports(2)
-    flower.env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
-    flower.env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
-    try:
-        run = flower.flwr(
-            "run",
-            ".",
-            "--stream",
-            "--federation-config",
-            "num-supernodes=3",
-            "--run-config",
-            f"output-dir='{tmp_path / 'out'}'",
-            timeout=300,
-        )
-    finally:
-        _stop_local_superlink(http_port)
-    summary_path = tmp_path / "out" / "summary.json"
-    if not summary_path.exists():
-        _fail_with_logs("flwr run . did not finish the simulation", run, [])
-    summary = json.loads(summary_path.read_text())
-    _, reference = _demo_reference(3)
-    np.testing.assert_array_equal(summary["cluster_centers"], reference.cluster_centers_)
-    # The simulated nodes (one person's public demo data) run unauthenticated, and say so.
-    assert [p["allow_unauthenticated"] for p in summary["policies"]] == [True] * 3
-    written = tmp_path / "home" / "skfedclust-flower-output" / "simulation"
-    labels = np.concatenate([np.load(written / f"labels_{i}.npy") for i in range(3)])
-    np.testing.assert_array_equal(labels, reference.labels_)
 
 
 def test_the_example_app_checks_its_run_config_before_contacting_nodes():
