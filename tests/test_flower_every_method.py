@@ -140,7 +140,9 @@ def test_a_fit_through_flowers_wire_is_the_in_process_fit(method):
 #: The methods whose fit uses none of the nodes' private draws, or only draws
 #: that cancel (masks, secret-sharing noise): their fit on nodes that draw
 #: their own is the in-process fit, bit for bit.
-THE_SAME_WHATEVER_THE_NODES_DRAW = [m for m in METHODS if m not in ("dc", "fedkmeans-blind")]
+THE_SAME_WHATEVER_THE_NODES_DRAW = [
+    m for m in METHODS if m not in ("dc", "fedkmeans", "fedkmeans-blind")
+]
 #: Private seeds of the nodes other than the in-process fit's private entropy:
 #: nodes that draw their own, as deployed nodes do from the operating system.
 OTHER_DRAWS = (7, 8)
@@ -189,16 +191,17 @@ def test_dcs_anchors_are_the_coordinators_draw_so_its_fit_differs_near_the_bound
     assert changed_rows == [1, 0]
 
 
-def test_a_blind_federated_kmeans_starts_from_the_nodes_nonces_so_its_numbers_may_differ():
+@pytest.mark.parametrize("method", ["fedkmeans", "fedkmeans-blind"])
+def test_a_blind_federated_kmeans_starts_from_the_nodes_nonces_so_its_numbers_may_differ(method):
     """The Flower guide: the blind start is seeded by the nodes' nonces; another
-    draw starts elsewhere, here the same clustering under other cluster numbers."""
+    draw starts elsewhere, here the same clustering under other cluster numbers.
+    FederatedKMeans' default runs blind on these five nodes."""
     blocks = _demo_blocks(N_ORGANISATIONS)
-    reference = _estimators()["fedkmeans-blind"].fit(blocks)
+    reference = _estimators()[method].fit(blocks)
+    assert reference.coordinator_ == "blind"
     renumbered = []
     for seed in OTHER_DRAWS:
-        estimator, labels = _fit_over_the_wire(
-            _estimators()["fedkmeans-blind"], blocks, N_ORGANISATIONS, seed
-        )
+        estimator, labels = _fit_over_the_wire(_estimators()[method], blocks, N_ORGANISATIONS, seed)
         _assert_same_communication(estimator.communication_, reference.communication_)
         np.testing.assert_array_equal(
             _rows_in_order(estimator.cluster_centers_), _rows_in_order(reference.cluster_centers_)
