@@ -460,7 +460,13 @@ def _bound_runtime(policy):
 
 
 def test_attack_b_bound_agreements_on_server_chosen_centers_are_refused_by_dp_nodes():
-    for policy, answers in ((NodePolicy(privacy_ledger=False), True), (_policy(), False)):
+    # Nodes whose operator lets the coordinator choose centers (a default node
+    # refuses the step itself, rule coordinator-centers): the budget still refuses.
+    allowed = {"allow_coordinator_centers": "*"}
+    for policy, answers in (
+        (NodePolicy(privacy_ledger=False, **allowed), True),
+        (_policy(**allowed), False),
+    ):
         runtime = _bound_runtime(policy)
         aggregator = SecureAggregator(runtime, seed=0)
         aggregator.setup()

@@ -343,12 +343,17 @@ ESTIMATORS = {
     "FFCM": lambda: FederatedFuzzyCMeans(n_clusters=4, random_state=4),
     "Kumar": lambda: KumarFederatedKMeans(n_clusters=4, random_state=5),
     "GOLD": lambda: GOLDClustering(n_clusters=4, random_state=6),
-    "FederatedKMeans": lambda: FederatedKMeans(n_clusters=4, random_state=7),
+    # The coordinator's Lloyd (the blind default's own start is the nodes' draw:
+    # tests/test_flower_every_method.py compares it with matching private seeds).
+    "FederatedKMeans": lambda: FederatedKMeans(
+        n_clusters=4, coordinator="sees-totals", random_state=7
+    ),
     # A start with a center far from every row: its cluster is empty in the first
     # iteration, and the nodes are asked for the clusters' inertia.
     "FederatedKMeans-empty": lambda: FederatedKMeans(
         n_clusters=5,
         init=np.vstack([np.vstack(_clients())[:4], [[1e3, 1e3]]]),
+        coordinator="sees-totals",
         random_state=7,
     ),
     # Lloyd on the nodes: statistics to peers only, sealed; the same start as in
@@ -359,11 +364,17 @@ ESTIMATORS = {
 }
 
 
+#: Centers the coordinator chose (its Lloyd, an array start) run where the
+#: operator allows them.
+COORDINATOR_CENTERS = {"allow-coordinator-centers": "FederatedKMeans"}
+
+
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_flower_fit_is_the_in_process_fit(name):
     clients = _clients()
     reference = ESTIMATORS[name]().fit(clients)
-    estimator, memory, _ = _local_fit(ESTIMATORS[name](), clients)
+    config = COORDINATOR_CENTERS if name.startswith("FederatedKMeans") else None
+    estimator, memory, _ = _local_fit(ESTIMATORS[name](), clients, node_config=config)
     np.testing.assert_array_equal(estimator.cluster_centers_, reference.cluster_centers_)
     _assert_same_communication(estimator.communication_, reference.communication_)
     np.testing.assert_array_equal(memory.rows("labels", 4), reference.labels_)
@@ -396,7 +407,11 @@ def test_a_sampled_fit_on_flower_draws_its_samples_from_the_nodes_nonces():
         return FederatedKMeans(n_clusters=4, client_fraction=0.75, random_state=8)
 
     seeds = [2000 + i for i in range(4)]
-    a, b = (_local_fit(sampled(), clients, private_seeds=seeds)[0] for _ in range(2))
+    # Sampling runs the coordinator's Lloyd: nodes whose operator allows it.
+    a, b = (
+        _local_fit(sampled(), clients, private_seeds=seeds, node_config=COORDINATOR_CENTERS)[0]
+        for _ in range(2)
+    )
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     assert a.communication_["rounds"] == b.communication_["rounds"]
     X = np.vstack(clients)
@@ -1938,6 +1953,7 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
                 "max_bound_queries": 8,
                 "dp_trusted_shares": 1,
                 "allow_row_release": [],
+                "allow_coordinator_centers": [],
                 "trusted_identities": True,
                 "allow_unauthenticated": False,
             }

@@ -198,6 +198,7 @@ def test_an_honest_roster_is_accepted_and_the_node_policy_reaches_its_steps(tmp_
         "max_bound_queries": 8,
         "dp_trusted_shares": 1,
         "allow_row_release": [],
+        "allow_coordinator_centers": [],
         "trusted_identities": True,
         "allow_unauthenticated": False,
     }

@@ -90,7 +90,8 @@ def test_a_policy_without_harvest_rules_lets_the_same_fit_through():
 @pytest.mark.parametrize(("Estimator", "params"), HARVESTS[:2] + HARVESTS[-1:])
 def test_the_same_fit_with_few_clusters_is_accepted(Estimator, params):
     X, clients = _clients(n_per_client=40)
-    with deployed(allow_clear_sums=True):
+    # (FederatedKMeans in the clear runs the coordinator's Lloyd: its operator allows it.)
+    with deployed(allow_clear_sums=True, allow_coordinator_centers="FederatedKMeans"):
         est = Estimator(**{**params, "n_clusters": 3}).fit(clients)
     assert est.labels_.shape == (len(X),)
 
@@ -105,7 +106,7 @@ def test_sums_in_the_clear_need_the_nodes_consent(Estimator):
         params["final_lloyd_step"] = True
     with deployed(), pytest.raises(PermissionError, match="allow-clear-sums = false"):
         Estimator(**params).fit(clients)
-    with deployed(allow_clear_sums=True):
+    with deployed(allow_clear_sums=True, allow_coordinator_centers="FederatedKMeans"):
         assert Estimator(**params).fit(clients).labels_.shape == (len(X),)
 
 
@@ -309,8 +310,12 @@ def test_a_secure_sums_plaintext_passes_the_policy_too():
     # Six clusters on six-row nodes from a given start: the only release is the
     # secure sum of per-cluster sums, whose total would hold rows.
     X, clients = _clients()
-    with deployed(), pytest.raises(PermissionError, match="fedkmeans_lloyd_statistics"):
-        FederatedKMeans(6, init=X[:6], n_init=1, random_state=0).fit(clients)
+    start = dict(init=X[:6], n_init=1, random_state=0, coordinator="sees-totals")
+    with (
+        deployed(allow_coordinator_centers="FederatedKMeans"),
+        pytest.raises(PermissionError, match="fedkmeans_lloyd_statistics"),
+    ):
+        FederatedKMeans(6, **start).fit(clients)
 
 
 def test_a_default_node_refuses_dc_unless_its_operator_allows_it_by_name():

@@ -1,9 +1,11 @@
 """Client sampling from the clients' own randomness, against a coordinator that steers it.
 
 A coordinator that chooses whom a sampled secure sum adds can put one honest
-client among clients it controls. Each test drives deployed nodes (default
-``NodePolicy()``) through the commit-reveal agreement and one sampled Lloyd
-sum, with one message forged, and checks the refusal names its rule.
+client among clients it controls. Each test drives deployed nodes (the
+default ``NodePolicy()``, but for the Lloyd sums of centers the coordinator
+chose, which a default node refuses: ``allow-coordinator-centers``) through the
+commit-reveal agreement and one sampled Lloyd sum, with one message forged,
+and checks the refusal names its rule.
 """
 
 import numpy as np
@@ -41,7 +43,8 @@ def _nodes():
     rows = np.array_split(np.arange(len(X)), N_CLIENTS)
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
-    return InProcessRuntime(federation, policy=NodePolicy())
+    policy = NodePolicy(allow_coordinator_centers="*")
+    return InProcessRuntime(federation, policy=policy)
 
 
 def _agree(runtime, aggregator=None, *, relay=None, horizon=HORIZON):

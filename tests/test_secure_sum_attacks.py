@@ -462,7 +462,10 @@ def test_bound_agreements_for_centers_moved_along_a_line_are_refused_past_the_li
     X = np.random.RandomState(0).normal(size=(60, 2))
     federation = Federation(X, np.array_split(np.arange(60), 6))
     federation.spawn_seeds(np.random.RandomState(1))
-    runtime = InProcessRuntime(federation, private_entropy=[7], policy=NodePolicy())
+    # Where the operator lets the coordinator choose centers (a default node refuses
+    # the step itself: rule coordinator-centers), the query limit still holds.
+    policy = NodePolicy(allow_coordinator_centers="*")
+    runtime = InProcessRuntime(federation, private_entropy=[7], policy=policy)
     aggregator = SecureAggregator(runtime, seed=0)
     line = [np.array([[t, 0.0]]) for t in np.linspace(-3, 3, 9)]
     for centers in line[:8]:
@@ -472,7 +475,9 @@ def test_bound_agreements_for_centers_moved_along_a_line_are_refused_past_the_li
         agree_bound(aggregator, fedkmeans_nearest_distances, tag="probe", centers=line[8])
     # A node with the limit off answers on.
     runtime = InProcessRuntime(
-        federation, private_entropy=[7], policy=NodePolicy(max_bound_queries=0)
+        federation,
+        private_entropy=[7],
+        policy=NodePolicy(max_bound_queries=0, allow_coordinator_centers="*"),
     )
     aggregator = SecureAggregator(runtime, seed=0)
     for centers in line:
