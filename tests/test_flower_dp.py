@@ -37,21 +37,31 @@ def test_a_node_refuses_a_fit_over_its_own_budget_on_flower():
     assert np.all(np.isfinite(estimator.cluster_centers_))
 
 
+#: Nodes whose operator lets the coordinator choose centers (its Lloyd).
+COORDINATOR_CENTERS = {"allow-coordinator-centers": "FederatedKMeans"}
+
+
 @pytest.mark.parametrize(
-    "estimator, rule",
+    "estimator, rule, config",
     [
         # Exact Lloyd totals through secure sums: the adaptive-centers oracle.
         # Their first row-dependent exchange is a bound agreement (its
         # histogram of binary orders is an exact count too).
-        (FederatedKMeans(4, random_state=0), "dp-bounds"),
+        (
+            FederatedKMeans(4, coordinator="sees-totals", random_state=0),
+            "dp-bounds",
+            COORDINATOR_CENTERS,
+        ),
+        # Exact totals among the nodes (the blind default): its set-up already.
+        (FederatedKMeans(4, random_state=0), "dp-only", {}),
         # Local centroids in the clear.
-        (KFed(4, random_state=0), "dp-only"),
+        (KFed(4, random_state=0), "dp-only", {}),
     ],
-    ids=["secure sums", "clear"],
+    ids=["secure sums", "blind", "clear"],
 )
-def test_a_node_with_a_budget_sends_no_exact_statistic_on_flower(estimator, rule):
+def test_a_node_with_a_budget_sends_no_exact_statistic_on_flower(estimator, rule, config):
     with pytest.raises(FlowerNodeError, match=f"rule '{rule}'"):
-        _fit_with_policy(estimator, _clients(n=4), **{"dp-epsilon": 1.0})
+        _fit_with_policy(estimator, _clients(n=4), **{"dp-epsilon": 1.0, **config})
 
 
 def test_a_node_charges_fedsc_releases_to_its_own_budget_on_flower():
@@ -121,10 +131,11 @@ def test_a_nodes_ledger_refuses_a_sum_of_an_earlier_fit_over_other_nodes_on_flow
     from test_flower import _authenticated, _fit_with_configs
 
     clients = _clients(n=4)
-    configs = _authenticated([{"partition-id": i} for i in range(4)])
+    configs = _authenticated([{"partition-id": i, **COORDINATOR_CENTERS} for i in range(4)])
 
     def fit(n_nodes):
-        estimator = FederatedKMeans(4, random_state=0)
+        # The coordinator's Lloyd, where the operator allows it: the same fit twice.
+        estimator = FederatedKMeans(4, coordinator="sees-totals", random_state=0)
         return _fit_with_configs(estimator, clients[:n_nodes], configs[:n_nodes])[0]
 
     first = fit(4)
@@ -252,7 +263,10 @@ def test_peers_count_a_rotated_key_as_the_same_participant(tmp_path, capsys):
     keys = [tmp_path / f"node{i}.pem" for i in range(4)]
 
     def fit(configs):
-        return _fit_with_configs(FederatedKMeans(4, random_state=0), clients, configs)[0]
+        # The coordinator's Lloyd, where the operator allows it: the same fit twice.
+        estimator = FederatedKMeans(4, coordinator="sees-totals", random_state=0)
+        configs = [{**c, **COORDINATOR_CENTERS} for c in configs]
+        return _fit_with_configs(estimator, clients, configs)[0]
 
     first = fit(_configs(tmp_path, lines, keys))
     rotated = _rotate(tmp_path, capsys, 3, keys[3], tmp_path / "node3-new.pem")
