@@ -193,10 +193,8 @@ def test_a_server_that_calls_a_client_dropped_after_its_upload_is_refused():
 
     def lying_broadcast(payload, *, tag, clients=None):
         if tag == TAG_SURVIVORS:
-            payload = {
-                "survivors": [c for c in payload["survivors"] if c != 0],
-                "dropped": [0],
-            }
+            # The server announces who dropped; the nodes take the others as survivors.
+            payload = {"dropped": [0]}
         return InProcessRuntime.broadcast(runtime, payload, tag=tag, clients=clients)
 
     runtime.broadcast = lying_broadcast
@@ -384,9 +382,9 @@ def test_set_up_before_a_message_and_a_bound_keeps_what_its_step_keeps():
 
 
 def test_the_survivors_announcement_costs_linear_work(monkeypatch):
-    # The server announces who uploaded to every survivor: as int64 arrays the
-    # ledger counts each announcement at once (a list of ints was counted
-    # element by element, n^2 work over the clients).
+    # The server announces who dropped to every survivor (the nodes know the
+    # participants): without dropouts an empty array, counted at once; O(dropped)
+    # bytes per node, not O(n).
     import skfedclust.federation._ledger as ledger
 
     calls = []
@@ -406,7 +404,7 @@ def test_the_survivors_announcement_costs_linear_work(monkeypatch):
     np.testing.assert_array_equal(total, [2 * n, n])
     assert len(calls) < 40 * n
     announced = [m for m in runtime.ledger.messages if m.tag == TAG_SURVIVORS]
-    assert len(announced) == 2 * n and all(m.nbytes == 8 * n for m in announced)
+    assert len(announced) == 2 * n and all(m.nbytes == 0 for m in announced)
 
 
 def test_a_participant_with_too_few_participating_neighbours_is_refused_by_the_server_first():

@@ -75,6 +75,7 @@ from ..node._dp import MIN_SURVIVORS, inside_secure_sum
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, PAID_SUMMAND, charged_to_node
 from ..node._sum_guard import (
     RECORD,
+    ClientSet,
     OpenSum,
     SumRefusal,
     check_announcement,
@@ -719,7 +720,7 @@ def _received_shares(current, inbox):
     self-mask share's words alone, and joins none of them into field elements.
     """
     shares = dict(current.shares)
-    active = set(current.participants)
+    active = current.participants
     for j, share in inbox.get(TAG_UPLOAD, {}).items():
         share = np.asarray(share, dtype=np.uint64).ravel()
         if share.size < 4 or int(share[0]) != current.sum_id:
@@ -735,8 +736,11 @@ def _received_shares(current, inbox):
 
 
 def _announcement(inbox):
+    """``(survivors or None, dropped)``: the server announces who dropped (``O(dropped)``)."""
     announced = inbox[TAG_SURVIVORS]
-    return announced["survivors"], announced["dropped"]
+    if not isinstance(announced, dict) or "dropped" not in announced:
+        raise SumRefusal("well-formed", "the announcement names no dropped clients")
+    return announced.get("survivors"), announced["dropped"]
 
 
 @data_independent
@@ -763,14 +767,14 @@ def secure_sum_attest_step(data, inbox, state, party):
         stage="attested",
         shares=tuple(sorted(shares.items())),
         announcement=seen,
-        survivors=tuple(survivors),
+        survivors=survivors,
         dropped=tuple(dropped),
     )
     words = np.frombuffer(seen, dtype=np.uint64)
     to_peers = {
         j: np.concatenate([[np.uint64(current.sum_id)], words])
         for j in current.neighbours
-        if j in set(survivors)
+        if j in survivors
     }
     return Reply(to_peers=to_peers, keep={RECORD: record.replace(open=attested)})
 
@@ -799,7 +803,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
                     "consistent-view",
                     "the announcement to unmask differs from the one this node attested",
                 )
-        survivors, dropped = list(current.survivors), list(current.dropped)
+        survivors, dropped = current.survivors, list(current.dropped)
     else:
         survivors, dropped = check_announcement(current, me, *_announcement(inbox), minimum)
         if dropped:
@@ -813,8 +817,8 @@ def secure_sum_unmask_step(data, inbox, state, party):
         _check_attestations(current, inbox, survivors)
     seeds = dict(state.get(_seeds_key(current.graph_seed), {}))
     b_shares, pair_keys, key_shares = [], [], []
-    survivors, dropped = set(survivors), set(dropped)
-    active = set(current.participants)
+    dropped = set(dropped)
+    active = current.participants
     for j in current.neighbours:
         if j in survivors and j in shares:
             x, words = shares[j]
@@ -835,7 +839,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
                 )
             key = _pair_key_int(seeds[j], current.sum_id, current.key_digest)
             pair_keys.append([j, *_split_words([key])])
-    statistics = check_repeat_survivors(record, current, sorted(survivors), minimum)
+    statistics = check_repeat_survivors(record, current, survivors, minimum)
     if party.ledger is not None:
         ledger = party.ledger
         ledger.unmask_sum(
@@ -862,7 +866,7 @@ def _check_attestations(current, inbox, survivors):
         message = np.asarray(message, dtype=np.uint64).ravel()
         if (
             int(j) in current.neighbours
-            and int(j) in set(survivors)
+            and int(j) in survivors
             and message.size == expected.size + 1
             and int(message[0]) == current.sum_id
             and np.array_equal(message[1:], expected)
@@ -1150,6 +1154,10 @@ class SecureAggregator:
                 for b in bounds
             ]
         runtime.stage(f"secure sum {tag!r}: masked vectors up")
+        # Who takes part, as the roster's size and who is left out: what a node
+        # needs (its participating neighbours, the set for its rules) in
+        # O(1 + left out), not a list of everyone at every sum.
+        roster = ClientSet.of(participants, runtime.n_clients)
         uploads = runtime.run(
             secure_sum_upload_step,
             tag=TAG_UPLOAD,
@@ -1158,7 +1166,7 @@ class SecureAggregator:
             inner=client_step_name(step),
             inner_public=public,
             sum_id=sum_id,
-            participants=participants,
+            participants=roster.wire(),
             graph=self.graph,
             threshold=threshold,
             shifts=shifts,
@@ -1185,13 +1193,10 @@ class SecureAggregator:
             shifts = [0] * n_components
         elif len(shifts) == 1 and n_components > 1:
             shifts = shifts * n_components
-        # As int64 arrays: the same 8 bytes per client as a list, but counted and
-        # encoded in O(1) per recipient instead of per element (n^2 work in all).
+        # Who dropped, not who uploaded: each node knows the participants, so the
+        # survivors are the rest. O(dropped) bytes per node, not O(participants).
         runtime.broadcast(
-            {
-                "survivors": np.array(survivors, dtype=np.int64),
-                "dropped": np.array(dropped, dtype=np.int64),
-            },
+            {"dropped": np.array(dropped, dtype=np.int64)},
             tag=TAG_SURVIVORS,
             clients=survivors,
         )

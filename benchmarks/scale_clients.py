@@ -1,0 +1,215 @@
+"""FederatedKMeans with secure sums on 10 to 10,000 clients: time, bytes and memory per client.
+
+Usage::
+
+    python benchmarks/scale_clients.py                       # the published table
+    python benchmarks/scale_clients.py --clients 10 100 1000
+    python benchmarks/scale_clients.py --profile 300         # cProfile of one fit
+
+Every client holds 100 rows of ``make_blobs(n_features=10, centers=5)``; the
+fit starts from a fixed array (``init=array``, the first rows of the
+blobs' centers), runs 10 Lloyd iterations (``tol=0``, ``max_iter=10``) with
+secure sums on, on the in-process runtime. Each size runs in its own process
+(its peak resident memory is that process's ``ru_maxrss``), timing the fit
+and scikit-learn's ``KMeans`` from the same start on the pooled rows in
+alternating pairs. Bytes come from the runtime's ledger
+(``communication_``): the mean per client per round of what the server sent
+(down) and of what a client sent to the server (up) and to its peers.
+Writes ``benchmarks/results/scale_clients.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from _common import git_commit, machine_line, markdown_table, write_result  # noqa: E402
+
+ROWS, D, K, ITERATIONS = 100, 10, 5, 10
+CLIENTS = (10, 100, 1_000, 10_000)
+#: Alternating pairs per size: fewer where a fit takes long.
+PAIRS = {10: 5, 100: 5, 1_000: 3, 10_000: 1}
+
+
+def _problem(n_clients):
+    from sklearn.datasets import make_blobs
+
+    X, _, centers = make_blobs(
+        ROWS * n_clients, n_features=D, centers=K, random_state=0, return_centers=True
+    )
+    clients = np.split(X, n_clients)
+    start = centers + np.random.RandomState(1).normal(scale=0.5, size=centers.shape)
+    return X, clients, start
+
+
+def _federated(start):
+    from skfedclust import FederatedKMeans
+
+    return FederatedKMeans(K, init=start, n_init=1, max_iter=ITERATIONS, tol=0.0, random_state=0)
+
+
+def _reference(start):
+    from sklearn.cluster import KMeans
+
+    return KMeans(K, init=start, n_init=1, max_iter=ITERATIONS, tol=0.0, random_state=0)
+
+
+def run_cell(n_clients, pairs):
+    """One size in this process: alternating pairs, then one JSON line."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    X, clients, start = _problem(n_clients)
+    if n_clients <= 1_000:
+        # Imports and compiled kernels, untimed (a fit of 10,000 clients is its own warm-up).
+        _federated(start).fit(_problem(10)[1])
+    _reference(start).fit(X)
+    fed, ref, model = [], [], None
+    for _ in range(pairs):
+        t = time.perf_counter()
+        _reference(start).fit(X)
+        ref.append(time.perf_counter() - t)
+        model = _federated(start)
+        t = time.perf_counter()
+        model.fit(clients)
+        fed.append(time.perf_counter() - t)
+    com = model.communication_
+    rounds = com["rounds"] + com["setup_rounds"] + com["evaluation_rounds"]
+    per = com["per_client"]
+    sizes = {
+        key: float(np.mean(per[key][:n_clients])) / rounds
+        for key in ("bytes_down", "bytes_up", "bytes_peer_sent")
+    }
+    out = {
+        "fed": fed,
+        "ref": ref,
+        "rounds": com["rounds"],
+        "setup_rounds": com["setup_rounds"],
+        "evaluation_rounds": com["evaluation_rounds"],
+        "n_iter": int(model.n_iter_),
+        "bytes_down": sizes["bytes_down"],
+        "bytes_up": sizes["bytes_up"],
+        "bytes_peer": sizes["bytes_peer_sent"],
+        "total_down_per_client": float(np.mean(per["bytes_down"][:n_clients])),
+        # ru_maxrss is in KiB on Linux.
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def profile(n_clients, iterations, out):
+    """cProfile of one fit (after a warm-up) to ``out``; prints the top functions."""
+    import cProfile
+    import pstats
+
+    global ITERATIONS
+    ITERATIONS = iterations
+    _, clients, start = _problem(n_clients)
+    _federated(start).fit(_problem(10)[1])
+    profiler = cProfile.Profile()
+    t = time.perf_counter()
+    profiler.enable()
+    _federated(start).fit(clients)
+    profiler.disable()
+    print(f"fit of {n_clients} clients, {iterations} iterations: {time.perf_counter() - t:.2f} s")
+    profiler.dump_stats(out)
+    stats = pstats.Stats(out)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(30)
+
+
+def _kib(value):
+    return f"{value / 1024:.1f}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS))
+    parser.add_argument("--cell", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", type=int, help="clients of one profiled fit")
+    parser.add_argument("--iterations", type=int, default=3, help="Lloyd iterations (--profile)")
+    parser.add_argument("--profile-out", default="/tmp/scale_clients.prof")
+    parser.add_argument("--out", default="scale_clients", help="results page name")
+    args = parser.parse_args(argv)
+    if args.cell:
+        run_cell(*args.cell)
+        return
+    if args.profile:
+        profile(args.profile, args.iterations, args.profile_out)
+        return
+    rows, start = [], time.perf_counter()
+    for n in args.clients:
+        pairs = PAIRS.get(n, 1)
+        command = [sys.executable, __file__, "--cell", str(n), str(pairs)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+        if not lines:
+            print(done.stderr[-2000:], file=sys.stderr)
+            rows.append([f"{n:,}", f"failed: {done.stderr.strip().splitlines()[-1][:120]}"])
+            continue
+        r = json.loads(lines[0][len("RESULT ") :])
+        fed, ref = statistics.median(r["fed"]), statistics.median(r["ref"])
+        ratio = statistics.median(f / g for f, g in zip(r["fed"], r["ref"]))
+        row = [
+            f"{n:,}",
+            f"{n * ROWS:,}",
+            f"{fed:.3g}",
+            f"{ref:.3g}",
+            f"{ratio:.0f}×",
+            f"{r['rounds']} + {r['setup_rounds']} set-up + {r['evaluation_rounds']} eval.",
+            _kib(r["bytes_down"]),
+            _kib(r["bytes_up"]),
+            _kib(r["bytes_peer"]),
+            _kib(r["total_down_per_client"]),
+            f"{r['peak_mb']:.0f}",
+        ]
+        print(" | ".join(row), flush=True)
+        rows.append(row)
+    header = [
+        "clients",
+        "rows",
+        "fit s",
+        "KMeans s (pooled rows)",
+        "ratio",
+        "rounds",
+        "KiB down / client / round",
+        "KiB up / client / round",
+        "KiB to peers / client / round",
+        "KiB down / client, whole fit",
+        "peak MB",
+    ]
+    argv_text = " ".join(argv if argv is not None else sys.argv[1:])
+    body = "\n\n".join(
+        [
+            f'FederatedKMeans (coordinator="sees-totals", secure sums on) on {ROWS} rows per '
+            f"client of `make_blobs(n_features={D}, centers={K})`, from a fixed array start, "
+            f"{ITERATIONS} Lloyd iterations (`tol=0`), on the in-process runtime; scikit-learn's "
+            "`KMeans` from the same start on the pooled rows alongside. Each size runs in its "
+            "own process; fits alternate with KMeans in pairs "
+            f"({', '.join(f'{PAIRS.get(n, 1)} at {n:,}' for n in args.clients)}), the table "
+            "gives the medians and the median ratio. Bytes per client per round are the means "
+            "over the clients of the ledger's per-client counts divided by all rounds of the fit "
+            "(protocol, set-up and evaluation); peak MB is the process's `ru_maxrss` (data, "
+            "warm-up and fits).",
+            machine_line() + " Two cores shared with other work: times are noisy.",
+            f"Package at commit {git_commit()}; the run took "
+            f"{(time.perf_counter() - start) / 60:.0f} minutes.",
+            f"Command: `python benchmarks/scale_clients.py{' ' + argv_text if argv_text else ''}`",
+            markdown_table(header, rows),
+        ]
+    )
+    write_result(args.out, "FederatedKMeans from 10 to 10,000 clients", body)
+
+
+if __name__ == "__main__":
+    main()
