@@ -170,10 +170,92 @@ def shamir_split_many(secrets, n_shares, threshold, party):
     holds the shares of ``secrets[s]``. The polynomials' coefficients come
     from the party's cryptographic generator, in one call.
     """
+    words = _shamir_share_words(secrets, n_shares, threshold, party)
+    values = [(int(hi) << 64) | int(lo) for hi, lo in words.reshape(-1, 2).tolist()]
+    return np.array(values, dtype=object).reshape(n_shares, len(secrets)).T
+
+
+#: Bits of a slot of the packed evaluation (:func:`_shamir_share_words`).
+_SLOT_BITS = 256
+
+
+def _shamir_share_words(secrets, n_shares, threshold, party):
+    """The shares of :func:`shamir_split_many` as (high, low) 64-bit words, shape (n_shares, n, 2).
+
+    The coefficients are drawn as in :func:`shamir_split_many` (128 random bits
+    each, taken modulo ``2**127 - 1``). The polynomials are evaluated at the
+    small points ``x = 1 .. n_shares`` all at once: every coefficient of
+    degree ``e`` of every secret is packed into one integer, in slots of 256
+    bits, and Horner's rule on those integers evaluates every secret's
+    polynomial at ``x`` in ``threshold`` multiplications by a small number
+    (Kronecker substitution). Each slot holds the exact value, below
+    ``threshold * 2**128 * x**(threshold - 1)``; it is reduced modulo the
+    Mersenne prime in numpy. ``O(threshold * n_shares)`` operations on
+    integers of ``256 n`` bits, instead of ``n * threshold * n_shares``
+    products of field elements.
+    """
     if not 1 <= threshold <= n_shares:
         raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
     n_secrets = len(secrets)
     raw = party.secret_bytes(16 * n_secrets * (threshold - 1)) if threshold > 1 else b""
+    bound_bits = 128 + (threshold - 1) * int(n_shares).bit_length() + int(threshold).bit_length()
+    if bound_bits >= _SLOT_BITS - 2:
+        # Beyond a few million clients' degrees: the products of field elements.
+        return _shamir_share_words_exact(secrets, raw, n_shares, threshold)
+    slot = _SLOT_BITS // 64
+    packed = np.zeros((threshold, n_secrets, slot), dtype=np.uint64)
+    values = [int(v) for v in secrets]
+    if any(not 0 <= v < MERSENNE_127 for v in values):
+        raise ValueError("a Shamir secret must be in [0, 2**127 - 1)")
+    packed[0, :, 0] = [v & _LOW_64 for v in values]
+    packed[0, :, 1] = [v >> 64 for v in values]
+    if threshold > 1:
+        # Coefficient e of secret s: bytes [16 (s (t - 1) + e - 1), +16), little-endian.
+        random = np.frombuffer(raw, dtype="<u8").reshape(n_secrets, threshold - 1, 2)
+        packed[1:, :, :2] = random.transpose(1, 0, 2)
+    coefficients = [int.from_bytes(packed[e].tobytes(), "little") for e in range(threshold)]
+    size = n_secrets * slot * 8
+    evaluated = []
+    for x in range(1, n_shares + 1):
+        value = coefficients[-1]
+        for e in range(threshold - 2, -1, -1):
+            value = value * x + coefficients[e]
+        evaluated.append(value.to_bytes(size, "little"))
+    w = np.frombuffer(b"".join(evaluated), dtype="<u8").reshape(n_shares, n_secrets, slot)
+    return _mod_mersenne_127(w)
+
+
+_LOW_64 = (1 << 64) - 1
+_M63 = np.uint64((1 << 63) - 1)
+_M64 = np.uint64(_LOW_64)
+
+
+def _mod_mersenne_127(w):
+    """Values below ``2**254`` as little-endian 64-bit words (last axis, 4 words) modulo
+    ``2**127 - 1``, as (high, low) words: ``2**127`` is 1 modulo the prime, so the value is
+    its low 127 bits plus the rest, folded twice."""
+    w = w.astype(np.uint64, copy=False)
+    one, s63 = np.uint64(1), np.uint64(63)
+    lo, hi = w[..., 0], w[..., 1] & _M63
+    # The bits from 127 up: below 2**127 (two words, the high one below 2**63).
+    r0 = (w[..., 1] >> s63) | (w[..., 2] << one)
+    r1 = (w[..., 2] >> s63) | (w[..., 3] << one)
+    s_lo = lo + r0
+    s_hi = hi + r1 + (s_lo < lo).astype(np.uint64)
+    # Below 2**128 - 1: fold bit 127 once more.
+    top = s_hi >> s63
+    s_hi &= _M63
+    t_lo = s_lo + top
+    s_hi += (t_lo < s_lo).astype(np.uint64)
+    # At most the prime itself, which is 0.
+    prime = (s_hi == _M63) & (t_lo == _M64)
+    s_hi[prime] = 0
+    t_lo[prime] = 0
+    return np.stack([s_hi, t_lo], axis=-1)
+
+
+def _shamir_share_words_exact(secrets, raw, n_shares, threshold):
+    n_secrets = len(secrets)
     coefficients = np.empty((n_secrets, threshold), dtype=object)
     coefficients[:, 0] = [int(v) for v in secrets]
     # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
@@ -183,7 +265,8 @@ def shamir_split_many(secrets, n_shares, threshold, party):
     ).reshape(n_secrets, threshold - 1)
     # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
     # matrix, in exact integers (below 2**254 * threshold before the reduction).
-    return (coefficients @ _vandermonde(n_shares, threshold)) % MERSENNE_127
+    shares = (coefficients @ _vandermonde(n_shares, threshold)) % MERSENNE_127
+    return _words_of(shares.T.ravel()).reshape(n_shares, n_secrets, 2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -650,12 +733,12 @@ def _shares_for_neighbours(self_seed, pair_keys, sum_id, threshold, party):
     """
     mine = list(pair_keys)
     secrets = [self_seed, *pair_keys.values()]
-    shares = shamir_split_many(secrets, len(mine), threshold, party)
+    words = _shamir_share_words(secrets, len(mine), threshold, party)
     # Row k: (sum id, x = k + 1, each secret's share at x as (high, low) words).
     rows = np.empty((len(mine), 2 + 2 * len(secrets)), dtype=np.uint64)
     rows[:, 0] = sum_id
     rows[:, 1] = np.arange(1, len(mine) + 1)
-    rows[:, 2:] = _words_of(shares.T.ravel()).reshape(len(mine), -1)
+    rows[:, 2:] = words.reshape(len(mine), -1)
     return {j: rows[k].copy() for k, j in enumerate(mine)}
 
 
