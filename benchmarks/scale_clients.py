@@ -6,9 +6,9 @@ Usage::
     python benchmarks/scale_clients.py --clients 10 100 1000
     python benchmarks/scale_clients.py --profile 300         # cProfile of one fit
 
-Every client holds 100 rows of ``make_blobs(n_features=10, centers=5)``; the
-fit starts from a fixed array (``init=array``, the first rows of the
-blobs' centers), runs 10 Lloyd iterations (``tol=0``, ``max_iter=10``) with
+Every client holds 100 rows of ``make_blobs(n_features=10, centers=5,
+cluster_std=4)``; the fit starts from a fixed array (``init=array``, the
+first 5 rows), runs 10 Lloyd iterations (``tol=0``, ``max_iter=10``) with
 secure sums on, on the in-process runtime. Each size runs in its own process
 (its peak resident memory is that process's ``ru_maxrss``), timing the fit
 and scikit-learn's ``KMeans`` from the same start on the pooled rows in
@@ -35,7 +35,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from _common import git_commit, machine_line, markdown_table, write_result  # noqa: E402
 
-ROWS, D, K, ITERATIONS = 100, 10, 5, 10
+ROWS, D, K, ITERATIONS, STD = 100, 10, 5, 10, 4.0
 CLIENTS = (10, 100, 1_000, 10_000)
 #: Alternating pairs per size: fewer where a fit takes long.
 PAIRS = {10: 5, 100: 5, 1_000: 3, 10_000: 1}
@@ -44,12 +44,10 @@ PAIRS = {10: 5, 100: 5, 1_000: 3, 10_000: 1}
 def _problem(n_clients):
     from sklearn.datasets import make_blobs
 
-    X, _, centers = make_blobs(
-        ROWS * n_clients, n_features=D, centers=K, random_state=0, return_centers=True
-    )
+    # Overlapping blobs from their first rows: Lloyd runs all its iterations.
+    X, _ = make_blobs(ROWS * n_clients, n_features=D, centers=K, cluster_std=STD, random_state=0)
     clients = np.split(X, n_clients)
-    start = centers + np.random.RandomState(1).normal(scale=0.5, size=centers.shape)
-    return X, clients, start
+    return X, clients, X[:K].copy()
 
 
 def _federated(start):
@@ -166,6 +164,7 @@ def main(argv=None):
             f"{fed:.3g}",
             f"{ref:.3g}",
             f"{ratio:.0f}×",
+            f"{r['n_iter']}",
             f"{r['rounds']} + {r['setup_rounds']} set-up + {r['evaluation_rounds']} eval.",
             _kib(r["bytes_down"]),
             _kib(r["bytes_up"]),
@@ -181,6 +180,7 @@ def main(argv=None):
         "fit s",
         "KMeans s (pooled rows)",
         "ratio",
+        "Lloyd iterations",
         "rounds",
         "KiB down / client / round",
         "KiB up / client / round",
@@ -192,7 +192,8 @@ def main(argv=None):
     body = "\n\n".join(
         [
             f'FederatedKMeans (coordinator="sees-totals", secure sums on) on {ROWS} rows per '
-            f"client of `make_blobs(n_features={D}, centers={K})`, from a fixed array start, "
+            f"client of `make_blobs(n_features={D}, centers={K}, cluster_std={STD:g})`, from its "
+            f"first {K} rows as a fixed array start, "
             f"{ITERATIONS} Lloyd iterations (`tol=0`), on the in-process runtime; scikit-learn's "
             "`KMeans` from the same start on the pooled rows alongside. Each size runs in its "
             "own process; fits alternate with KMeans in pairs "

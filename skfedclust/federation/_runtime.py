@@ -919,9 +919,11 @@ class InProcessRuntime(Runtime):
             if reply.send is not None:
                 self.ledger.record(reply.send, sender=c, receiver=SERVER, tag=tag)
                 sent[c] = reply.send
-            for peer, payload in sorted(reply.to_peers.items()):
-                self.ledger.record(payload, sender=c, receiver=peer, tag=tag)
-                self._inboxes[peer].setdefault(tag, {})[c] = payload
+            if reply.to_peers:
+                to_peers = dict(sorted(reply.to_peers.items()))
+                self.ledger.record_to_peers(to_peers, sender=c, tag=tag)
+                for peer, payload in to_peers.items():
+                    self._inboxes[peer].setdefault(tag, {})[c] = payload
         received = Received(tag, sent)
         self._delivered[id(received)] = received
         self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))

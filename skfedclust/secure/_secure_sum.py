@@ -43,7 +43,8 @@ public parameters (the shapes of the vectors and their fixed-point scales).
 
 Trust model: an honest-but-curious server, or an active server that may lie
 about who dropped, colluding with fewer than ``t`` clients of any neighbourhood.
-Masks come from cryptographic keystreams (ChaCha20) keyed by secrets drawn
+Masks come from cryptographic generators (SHAKE-128 for short vectors,
+ChaCha20 for long ones) keyed by secrets drawn
 from each party's private generator; a server that knows every public seed
 cannot replay them.
 
@@ -282,16 +283,24 @@ def _vandermonde(n_shares, threshold):
 
 def shamir_combine(points):
     """The secret of Shamir shares ``{x: y}`` (Lagrange interpolation at 0)."""
-    secret = 0
-    xs = list(points)
+    xs = tuple(points)
+    weights = _lagrange_at_zero(xs)
+    return sum(points[x] * w for x, w in zip(xs, weights)) % MERSENNE_127
+
+
+@functools.lru_cache(maxsize=4096)
+def _lagrange_at_zero(xs):
+    # The server rebuilds every survivor's self mask from shares at the same
+    # few points (1 .. t as a rule): the weights are computed once per set.
+    weights = []
     for x in xs:
         num, den = 1, 1
         for other in xs:
             if other != x:
                 num = num * (-other) % MERSENNE_127
                 den = den * (x - other) % MERSENNE_127
-        secret = (secret + points[x] * num * pow(den, -1, MERSENNE_127)) % MERSENNE_127
-    return secret
+        weights.append(num * pow(den, -1, MERSENNE_127) % MERSENNE_127)
+    return tuple(weights)
 
 
 #: ChaCha20's nonce (its counter starts at 0): every keystream has a key of its own.
@@ -308,6 +317,26 @@ def keystream(key, domain, n, dtype=np.uint64):
     dtype = np.dtype(dtype)
     encryptor = Cipher(algorithms.ChaCha20(digest, _NONCE), mode=None).encryptor()
     return np.frombuffer(encryptor.update(bytes(n * dtype.itemsize)), dtype=dtype)
+
+
+#: Masks of at most this many words come from SHAKE-128, longer ones from ChaCha20.
+_SHORT_MASK = 256
+
+
+def _mask(key, domain, n):
+    """A secure sum's mask of ``n`` words keyed by ``key``: a cryptographic XOF's output.
+
+    SHAKE-128 (FIPS 202) in one call for short vectors (a Lloyd iteration's
+    sums: a few microseconds, where setting up a ChaCha20 context costs more
+    than its output), :func:`keystream` (ChaCha20) for long ones, whose
+    throughput is higher. Both ends of a pairwise mask derive it alike: the
+    choice depends only on ``n``.
+    """
+    if n > _SHORT_MASK:
+        return keystream(key, domain, n)
+    return np.frombuffer(
+        hashlib.shake_128(bytes(key) + b"|" + domain).digest(8 * n), dtype=np.uint64
+    )
 
 
 def harary_neighbours(n_clients, degree, seed):
@@ -520,7 +549,7 @@ def _key_bytes(key_int):
 
 
 def _self_mask(seed_int, n):
-    return keystream(int(seed_int).to_bytes(16, "little"), b"self mask", n)
+    return _mask(int(seed_int).to_bytes(16, "little"), b"self mask", n)
 
 
 def _seeds_key(graph_seed):
@@ -715,7 +744,7 @@ def _masked(vector, me, pair_keys, self_seed):
     n = vector.size
     masked = vector.copy()
     for j, key in pair_keys.items():
-        mask = keystream(_key_bytes(key), b"pairwise mask", n)
+        mask = _mask(_key_bytes(key), b"pairwise mask", n)
         if j > me:
             masked += mask
         else:
@@ -814,7 +843,8 @@ def _received_shares(current, inbox):
                 f"client {j}'s share holds {share.size} words, not the {expected} of a "
                 "self-mask share and its pair keys' shares"
             )
-        shares[int(j)] = (int(share[1]), tuple(share[2:].tolist()))
+        # The words as received (an array): a sum without dropouts reads two of them.
+        shares[int(j)] = (int(share[1]), share[2:])
     return shares
 
 
@@ -905,14 +935,14 @@ def secure_sum_unmask_step(data, inbox, state, party):
     for j in current.neighbours:
         if j in survivors and j in shares:
             x, words = shares[j]
-            b_shares.append([j, x, *words[:2]])
+            b_shares.append((j, x, int(words[0]), int(words[1])))
             if not dropped:
                 continue
             # The surviving neighbour's pair keys with the dropped clients only,
             # as it reveals them itself: the sum completes without it.
             for k, d in enumerate(current.neighbours_of(j, active), start=1):
                 if d in dropped:
-                    key_shares.append([j, d, x, *words[2 * k : 2 * k + 2]])
+                    key_shares.append([j, d, x, int(words[2 * k]), int(words[2 * k + 1])])
         elif j in dropped:
             if j in shares:
                 raise SumRefusal(
@@ -1025,7 +1055,7 @@ def unmask_sum(uploads, reveals, *, sum_id, neighbours, participants, threshold)
                         f"reveal its shares ({len(points)} did): the sum cannot be unmasked"
                     )
                 key = _key_bytes(shamir_combine(dict(sorted(points.items())[:threshold])))
-            mask = keystream(key, b"pairwise mask", n)
+            mask = _mask(key, b"pairwise mask", n)
             # j added +mask towards a later neighbour i, -mask towards an earlier one.
             if i > j:
                 total -= mask
