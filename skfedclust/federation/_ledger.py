@@ -106,12 +106,12 @@ class Ledger:
         # Columns, one entry per message (the server is -1, tags by number): a
         # fit of thousands of clients records millions of messages (the shares
         # of every secure sum), a few tens of bytes each instead of an object each.
-        self._senders = array.array("q")
-        self._receivers = array.array("q")
-        self._rounds = array.array("q")
+        self._senders = array.array("i")
+        self._receivers = array.array("i")
+        self._rounds = array.array("i")
         self._nbytes = array.array("q")
-        self._tags = array.array("q")
-        self._phases = array.array("q")
+        self._tags = array.array("i")
+        self._phases = array.array("i")
         self._tag_ids = {}
         self._tag_names = []
         self._phase = -1
@@ -262,10 +262,10 @@ class Ledger:
             ``bytes_peer_received``.
         """
         n = self.n_parties
-        # Copies: a view would keep the columns from growing while it lives.
-        senders = np.frombuffer(self._senders, dtype=np.int64).copy()
-        receivers = np.frombuffer(self._receivers, dtype=np.int64).copy()
-        nbytes = np.frombuffer(self._nbytes, dtype=np.int64).copy()
+        # Copies (astype): a view left alive would keep the columns from growing.
+        senders = np.frombuffer(self._senders, dtype=np.int32).astype(np.int64)
+        receivers = np.frombuffer(self._receivers, dtype=np.int32).astype(np.int64)
+        nbytes = np.frombuffer(self._nbytes, dtype=np.int64).astype(np.int64)
         up, down = receivers < 0, senders < 0
         peer = ~(up | down)
 

@@ -743,12 +743,19 @@ def _masked(vector, me, pair_keys, self_seed):
     """
     n = vector.size
     masked = vector.copy()
-    for j, key in pair_keys.items():
-        mask = _mask(_key_bytes(key), b"pairwise mask", n)
-        if j > me:
-            masked += mask
+    later = [key for j, key in pair_keys.items() if j > me]
+    earlier = [key for j, key in pair_keys.items() if j <= me]
+    # Each side's masks in one array, added up in one reduction (modulo 2**64,
+    # as the single additions were) rather than one addition per neighbour.
+    for keys, sign in ((later, 1), (earlier, -1)):
+        if not keys:
+            continue
+        masks = np.stack([_mask(_key_bytes(key), b"pairwise mask", n) for key in keys])
+        total = masks.sum(axis=0, dtype=np.uint64)
+        if sign > 0:
+            masked += total
         else:
-            masked -= mask
+            masked -= total
     masked += _self_mask(self_seed, n)
     return masked
 
@@ -834,8 +841,10 @@ def _received_shares(current, inbox):
     shares = dict(current.shares)
     active = current.participants
     for j, share in inbox.get(TAG_UPLOAD, {}).items():
-        share = np.asarray(share, dtype=np.uint64).ravel()
-        if share.size < 4 or int(share[0]) != current.sum_id:
+        if type(share) is not np.ndarray or share.dtype != np.uint64 or share.ndim != 1:
+            share = np.asarray(share, dtype=np.uint64).ravel()
+        head = share[:2].tolist()
+        if share.size < 4 or head[0] != current.sum_id:
             raise SecureSumError(f"client {j}'s share belongs to another sum")
         expected = 4 + 2 * len(current.neighbours_of(int(j), active))
         if share.size != expected:
@@ -844,7 +853,7 @@ def _received_shares(current, inbox):
                 "self-mask share and its pair keys' shares"
             )
         # The words as received (an array): a sum without dropouts reads two of them.
-        shares[int(j)] = (int(share[1]), share[2:])
+        shares[int(j)] = (head[1], share[2:])
     return shares
 
 
