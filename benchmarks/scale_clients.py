@@ -72,15 +72,17 @@ def run_cell(n_clients, pairs):
         # Imports and compiled kernels, untimed (a fit of 10,000 clients is its own warm-up).
         _federated(start).fit(_problem(10)[1])
     _reference(start).fit(X)
-    fed, ref, model = [], [], None
+    fed, ref, fed_cpu, ref_cpu, model = [], [], [], [], None
     for _ in range(pairs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         _reference(start).fit(X)
         ref.append(time.perf_counter() - t)
+        ref_cpu.append(time.process_time() - c)
         model = _federated(start)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         model.fit(clients)
         fed.append(time.perf_counter() - t)
+        fed_cpu.append(time.process_time() - c)
     com = model.communication_
     rounds = com["rounds"] + com["setup_rounds"] + com["evaluation_rounds"]
     per = com["per_client"]
@@ -91,6 +93,8 @@ def run_cell(n_clients, pairs):
     out = {
         "fed": fed,
         "ref": ref,
+        "fed_cpu": fed_cpu,
+        "ref_cpu": ref_cpu,
         "rounds": com["rounds"],
         "setup_rounds": com["setup_rounds"],
         "evaluation_rounds": com["evaluation_rounds"],
@@ -162,6 +166,7 @@ def main(argv=None):
             f"{n:,}",
             f"{n * ROWS:,}",
             f"{fed:.3g}",
+            f"{statistics.median(r['fed_cpu']):.3g}",
             f"{ref:.3g}",
             f"{ratio:.0f}×",
             f"{r['n_iter']}",
@@ -178,6 +183,7 @@ def main(argv=None):
         "clients",
         "rows",
         "fit s",
+        "fit CPU s",
         "KMeans s (pooled rows)",
         "ratio",
         "Lloyd iterations",
@@ -198,10 +204,11 @@ def main(argv=None):
             "`KMeans` from the same start on the pooled rows alongside. Each size runs in its "
             "own process; fits alternate with KMeans in pairs "
             f"({', '.join(f'{PAIRS.get(n, 1)} at {n:,}' for n in args.clients)}), the table "
-            "gives the medians and the median ratio. Bytes per client per round are the means "
-            "over the clients of the ledger's per-client counts divided by all rounds of the fit "
-            "(protocol, set-up and evaluation); peak MB is the process's `ru_maxrss` (data, "
-            "warm-up and fits).",
+            "gives the medians and the median ratio (of wall-clock times; the fit's CPU time, "
+            "`process_time`, is less sensitive to other work on the machine). Bytes per client "
+            "per round are the means over the clients of the ledger's per-client counts "
+            "divided by all rounds of the fit (protocol, set-up and evaluation); peak MB is "
+            "the process's `ru_maxrss` (data, warm-up and fits).",
             machine_line() + " Two cores shared with other work: times are noisy.",
             f"Package at commit {git_commit()}; the run took "
             f"{(time.perf_counter() - start) / 60:.0f} minutes.",

@@ -56,6 +56,36 @@ class Losing(InProcessRuntime):
 # --------------------------------------------------------------------------- #
 # Building blocks
 # --------------------------------------------------------------------------- #
+@pytest.mark.parametrize(
+    "n_secrets, n_shares, threshold",
+    [(1, 4, 1), (1, 5, 3), (21, 20, 11), (29, 28, 15), (3, 62, 32)],
+)
+def test_shares_evaluated_on_packed_integers_are_the_field_products(n_secrets, n_shares, threshold):
+    # The packed evaluation (Kronecker substitution) gives the shares of the
+    # polynomials evaluated in the field, for the same coefficients, including
+    # secrets at the top of the field; beyond its slot it takes the products.
+    from skfedclust.secure._secure_sum import (
+        _shamir_share_words,
+        _shamir_share_words_exact,
+    )
+
+    class Dealer:
+        def __init__(self, seed):
+            self.secret_bytes = np.random.default_rng(seed).bytes
+
+    rng = np.random.default_rng(n_secrets)
+    secrets = [int.from_bytes(rng.bytes(16), "little") % MERSENNE_127 for _ in range(n_secrets)]
+    secrets[0] = MERSENNE_127 - 1
+    packed = _shamir_share_words(secrets, n_shares, threshold, Dealer(3))
+    raw = Dealer(3).secret_bytes(16 * n_secrets * (threshold - 1))
+    exact = _shamir_share_words_exact(secrets, raw, n_shares, threshold)
+    np.testing.assert_array_equal(packed, exact)
+    shares = shamir_split_many(secrets, n_shares, threshold, Dealer(3))
+    for k, secret in enumerate(secrets):
+        points = {x: int(shares[k, x - 1]) for x in range(n_shares, n_shares - threshold, -1)}
+        assert shamir_combine(points) == secret
+
+
 def test_shamir_rebuilds_from_any_threshold_shares_only():
     rng = np.random.default_rng(0)
     secret = int(rng.integers(0, 2**62)) << 50
@@ -229,6 +259,16 @@ def _losing_sum(lose, n_clients=6, **kw):
         return rows, runtime, SecureAggregator(runtime, seed=0, **kw).sum(counts_only, tag="c")
     finally:
         Losing.lose = {}
+
+
+def test_the_announcement_names_who_dropped_only():
+    # Every survivor learns who dropped, not the list of everyone who uploaded:
+    # one int64 per dropped client, whatever the number of clients.
+    rows, runtime, (total, survivors) = _losing_sum({TAG_UPLOAD: {2}})
+    assert survivors == [0, 1, 3, 4, 5]
+    announced = [m for m in runtime.ledger.messages if m.tag == TAG_SURVIVORS]
+    assert sorted(m.receiver for m in announced) == survivors
+    assert all(m.nbytes == 8 for m in announced)
 
 
 def test_a_survivor_missing_the_unmasking_after_a_dropout_is_rebuilt_from_shares():
