@@ -33,12 +33,15 @@ import numpy as np
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+from _common import (  # noqa: E402
+    RESULTS as RESULTS_DIR,
+)
 from _common import git_commit, machine_line, markdown_table, write_result  # noqa: E402
 
 ROWS, D, K, ITERATIONS, STD = 100, 10, 5, 10, 4.0
 CLIENTS = (10, 100, 1_000, 10_000)
 #: Alternating pairs per size: fewer where a fit takes long.
-PAIRS = {10: 5, 100: 5, 1_000: 3, 10_000: 1}
+PAIRS = {10: 5, 100: 3, 1_000: 2, 10_000: 1}
 
 
 def _problem(n_clients):
@@ -130,6 +133,31 @@ def profile(n_clients, iterations, out):
     stats.sort_stats("tottime").print_stats(30)
 
 
+def _row(n, r):
+    if "failed" in r:
+        return [f"{n:,}", f"failed: {r['failed']}"]
+    fed, ref = statistics.median(r["fed"]), statistics.median(r["ref"])
+    ratio = statistics.median(f / g for f, g in zip(r["fed"], r["ref"]))
+    row = [
+        f"{n:,}",
+        f"{n * ROWS:,}",
+        f"{fed:.3g}",
+        f"{statistics.median(r['fed_cpu']):.3g}",
+        f"{ref:.3g}",
+        f"{ratio:.0f}×",
+        f"{r['n_iter']}",
+        f"{r['rounds']} + {r['setup_rounds']} set-up + {r['evaluation_rounds']} eval.",
+        _kib(r["bytes_down"]),
+        _kib(r["bytes_up"]),
+        _kib(r["bytes_peer"]),
+        _kib(r["total_down_per_client"]),
+        f"{r['peak_mb']:.0f}",
+        str(r.get("commit", "")),
+    ]
+    print(" | ".join(row), flush=True)
+    return row
+
+
 def _kib(value):
     return f"{value / 1024:.1f}"
 
@@ -149,7 +177,11 @@ def main(argv=None):
     if args.profile:
         profile(args.profile, args.iterations, args.profile_out)
         return
-    rows, start = [], time.perf_counter()
+    start = time.perf_counter()
+    # Each size's measurement is kept by size, so that sizes run apart (a long
+    # one in its own run) make one table.
+    store = RESULTS_DIR / f"{args.out}.json"
+    cells = json.loads(store.read_text()) if store.exists() else {}
     for n in args.clients:
         pairs = PAIRS.get(n, 1)
         command = [sys.executable, __file__, "--cell", str(n), str(pairs)]
@@ -157,28 +189,15 @@ def main(argv=None):
         lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if not lines:
             print(done.stderr[-2000:], file=sys.stderr)
-            rows.append([f"{n:,}", f"failed: {done.stderr.strip().splitlines()[-1][:120]}"])
-            continue
-        r = json.loads(lines[0][len("RESULT ") :])
-        fed, ref = statistics.median(r["fed"]), statistics.median(r["ref"])
-        ratio = statistics.median(f / g for f, g in zip(r["fed"], r["ref"]))
-        row = [
-            f"{n:,}",
-            f"{n * ROWS:,}",
-            f"{fed:.3g}",
-            f"{statistics.median(r['fed_cpu']):.3g}",
-            f"{ref:.3g}",
-            f"{ratio:.0f}×",
-            f"{r['n_iter']}",
-            f"{r['rounds']} + {r['setup_rounds']} set-up + {r['evaluation_rounds']} eval.",
-            _kib(r["bytes_down"]),
-            _kib(r["bytes_up"]),
-            _kib(r["bytes_peer"]),
-            _kib(r["total_down_per_client"]),
-            f"{r['peak_mb']:.0f}",
-        ]
-        print(" | ".join(row), flush=True)
-        rows.append(row)
+            cells[str(n)] = {"failed": done.stderr.strip().splitlines()[-1][:120]}
+        else:
+            cells[str(n)] = json.loads(lines[0][len("RESULT ") :])
+            cells[str(n)]["commit"] = git_commit()
+        if store.exists():
+            # Sizes measured meanwhile by another run.
+            cells = {**json.loads(store.read_text()), str(n): cells[str(n)]}
+        store.write_text(json.dumps(cells, indent=1) + "\n")
+    rows = [_row(int(n), cells[n]) for n in sorted(cells, key=int)]
     header = [
         "clients",
         "rows",
@@ -193,6 +212,7 @@ def main(argv=None):
         "KiB to peers / client / round",
         "KiB down / client, whole fit",
         "peak MB",
+        "commit",
     ]
     argv_text = " ".join(argv if argv is not None else sys.argv[1:])
     body = "\n\n".join(
@@ -203,14 +223,16 @@ def main(argv=None):
             f"{ITERATIONS} Lloyd iterations (`tol=0`), on the in-process runtime; scikit-learn's "
             "`KMeans` from the same start on the pooled rows alongside. Each size runs in its "
             "own process; fits alternate with KMeans in pairs "
-            f"({', '.join(f'{PAIRS.get(n, 1)} at {n:,}' for n in args.clients)}), the table "
+            f"({', '.join(f'{PAIRS.get(int(n), 1)} at {int(n):,}' for n in sorted(cells, key=int))}"
+            "), the table "
             "gives the medians and the median ratio (of wall-clock times; the fit's CPU time, "
             "`process_time`, is less sensitive to other work on the machine). Bytes per client "
             "per round are the means over the clients of the ledger's per-client counts "
             "divided by all rounds of the fit (protocol, set-up and evaluation); peak MB is "
             "the process's `ru_maxrss` (data, warm-up and fits).",
             machine_line() + " Two cores shared with other work: times are noisy.",
-            f"Package at commit {git_commit()}; the run took "
+            "Each row names the commit it measured (sizes may be run apart: "
+            f"`--clients N`); this page's last run took "
             f"{(time.perf_counter() - start) / 60:.0f} minutes.",
             f"Command: `python benchmarks/scale_clients.py{' ' + argv_text if argv_text else ''}`",
             markdown_table(header, rows),
