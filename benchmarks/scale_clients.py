@@ -170,6 +170,13 @@ def main(argv=None):
     parser.add_argument("--iterations", type=int, default=3, help="Lloyd iterations (--profile)")
     parser.add_argument("--profile-out", default="/tmp/scale_clients.prof")
     parser.add_argument("--out", default="scale_clients", help="results page name")
+    parser.add_argument(
+        "--add-cell",
+        nargs=3,
+        metavar=("N", "FILE", "COMMIT"),
+        help="store the RESULT line a `--cell N PAIRS` run printed to FILE, measured at COMMIT",
+    )
+    parser.add_argument("--table-only", action="store_true", help="render the stored sizes")
     args = parser.parse_args(argv)
     if args.cell:
         run_cell(*args.cell)
@@ -182,7 +189,12 @@ def main(argv=None):
     # one in its own run) make one table.
     store = RESULTS_DIR / f"{args.out}.json"
     cells = json.loads(store.read_text()) if store.exists() else {}
-    for n in args.clients:
+    if args.add_cell:
+        n, path, commit = args.add_cell
+        line = [x for x in Path(path).read_text().splitlines() if x.startswith("RESULT ")][0]
+        cells[str(int(n))] = {**json.loads(line[len("RESULT ") :]), "commit": commit}
+        store.write_text(json.dumps(cells, indent=1) + "\n")
+    for n in [] if args.table_only or args.add_cell else args.clients:
         pairs = PAIRS.get(n, 1)
         command = [sys.executable, __file__, "--cell", str(n), str(pairs)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -234,7 +246,11 @@ def main(argv=None):
             "Each row names the commit it measured (sizes may be run apart: "
             f"`--clients N`); this page's last run took "
             f"{(time.perf_counter() - start) / 60:.0f} minutes.",
-            f"Command: `python benchmarks/scale_clients.py{' ' + argv_text if argv_text else ''}`",
+            "Commands: `python benchmarks/scale_clients.py --clients N` measures sizes and "
+            "stores them by size (`benchmarks/results/scale_clients.json`); a size measured on "
+            "its own (`--cell N PAIRS`, which prints its result) is stored with `--add-cell`; "
+            "`--table-only` writes this page from the stored sizes. This page: "
+            f"`python benchmarks/scale_clients.py{' ' + argv_text if argv_text else ''}`.",
             markdown_table(header, rows),
         ]
     )
