@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -106,6 +107,7 @@ def run_cell(n_clients, pairs):
         "bytes_up": sizes["bytes_up"],
         "bytes_peer": sizes["bytes_peer_sent"],
         "total_down_per_client": float(np.mean(per["bytes_down"][:n_clients])),
+        "load": os.getloadavg()[0],
         # ru_maxrss is in KiB on Linux.
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -177,6 +179,7 @@ def main(argv=None):
         help="store the RESULT line a `--cell N PAIRS` run printed to FILE, measured at COMMIT",
     )
     parser.add_argument("--table-only", action="store_true", help="render the stored sizes")
+    parser.add_argument("--note", default="", help="a sentence on the conditions of the run")
     args = parser.parse_args(argv)
     if args.cell:
         run_cell(*args.cell)
@@ -242,7 +245,7 @@ def main(argv=None):
             "per round are the means over the clients of the ledger's per-client counts "
             "divided by all rounds of the fit (protocol, set-up and evaluation); peak MB is "
             "the process's `ru_maxrss` (data, warm-up and fits).",
-            machine_line() + " Two cores shared with other work: times are noisy.",
+            machine_line() + " Two cores shared with other work: times are noisy. " + args.note,
             "Each row names the commit it measured (sizes may be run apart: "
             f"`--clients N`); this page's last run took "
             f"{(time.perf_counter() - start) / 60:.0f} minutes.",
