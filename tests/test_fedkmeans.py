@@ -523,10 +523,10 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     X = _data()
     clients = [X[:150], X[150:300], X[300:450], X[450:]]
     init = X[:5].copy()
-    # Secure sums: row bound, moments, per-feature deviation bounds, centered
-    # moments; then one per Lloyd iteration. Client 2 drops in the second
-    # iteration.
-    DropInUpload.at = 5
+    # Secure sums: row bound, moments, deviation bound, per-feature deviation
+    # bounds, centered moments; then one per Lloyd iteration. Client 2 drops in
+    # the second iteration.
+    DropInUpload.at = 6
     with use_runtime(DropInUpload):
         fk = FederatedKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
     first = _central_lloyd_step(X, init)

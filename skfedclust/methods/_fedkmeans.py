@@ -672,10 +672,7 @@ class FederatedKMeans(
     def _moments(self, runtime, adder, clients):
         """Mean, per-feature variance and deviation bound of the pooled rows (secure sums)."""
         n_c = self._max_size(runtime, clients)
-        # The rows' bound only scales the column sums of a first, rough mean,
-        # which the centered sums correct: four binary orders per bin (526 bins,
-        # not 2,101) lose at most three bits of its 62.
-        raw = adder.bound(moments_rows, tag="bound on the rows", clients=clients, coarseness=4)
+        raw = adder.bound(moments_rows, tag="bound on the rows", clients=clients)
         bounds = None if raw is None else [_MARGIN * n_c * raw, None]
         (sums, count), survivors = adder.sum(
             moments_raw, tag="sums and counts", bounds=bounds, clients=clients
@@ -683,16 +680,16 @@ class FederatedKMeans(
         self._check_survivors("sums and counts", clients, survivors)
         n = int(count[0])
         rough = sums / n
+        spread = adder.bound(
+            moments_deviations, tag="bound on the deviations", clients=survivors, mean=rough
+        )
         # One bound per feature: a feature 1e12 times narrower than another
         # keeps its digits in the fixed-point sums (one bound for all would
-        # round its centers to a step set by the widest feature). Every
-        # deviation from the rough mean lies within 2 raw (|x|, |rough| <= raw):
-        # the per-feature agreement starts there, 128 binary orders deep,
-        # without a sum of its own for an overall bound on the deviations.
+        # round its centers to a step set by the widest feature).
         spread = adder.column_bounds(
             moments_deviations,
             tag="bounds on the deviations per feature",
-            bound=None if raw is None else 2.0 * raw,
+            bound=spread,
             clients=survivors,
             mean=rough,
         )
