@@ -8,11 +8,11 @@ def offset_sum_bytes(n_clients, d):
     16 bytes) and a 32-byte self-mask share per neighbour back in the unmasking; ``peer``
     (client ``j``): a 16-byte seed to every later neighbour (set-up) and, to every
     neighbour, a 32-byte self-mask share and a 16-byte share of each of its ``deg`` per-sum
-    pair keys; ``down``: who uploaded (8 bytes per data client).
+    pair keys; ``down``: who dropped (no one: an empty announcement, 0 bytes).
     """
     deg = n_clients - 1
     return {
         "up": 8 * d + 16 + 32 * deg,
         "peer": [16 * (deg - j) + (32 + 16 * deg) * deg for j in range(n_clients)],
-        "down": 8 * n_clients,
+        "down": 0,
     }

@@ -99,7 +99,7 @@ def secure_setup(P, m, *, sums=True, distance=True, rank_length=None):
 
     Every secure sum costs a client its masked vector and its structure up, a 32-byte
     share of its self-mask seed to each of its ``deg`` neighbours (peer), returned to the
-    server in the unmasking (up), and the list of who uploaded (8 bytes per client) down;
+    server in the unmasking (up), and who dropped (no one: 0 bytes) down;
     the aggregator's set-up sends one 16-byte seed over every edge of the graph (peer).
     The summed vector is the feature sums (m floats) and the row count (one int64), and
     the pair-distance total (one float) and pair count (one int64); its structure is
@@ -121,7 +121,7 @@ def secure_setup(P, m, *, sums=True, distance=True, rank_length=None):
     return {
         "up": P * (n_bounds * HISTOGRAM + vector + structure + n_sums * 32 * deg),
         "peer": 16 * P * deg // 2 + n_sums * P * (32 + 16 * deg) * deg,
-        "down": n_sums * P * F8 * P,
+        "down": 0,
         "rounds": 2 * n_sums,
     }
 

@@ -282,7 +282,7 @@ def test_communication_matches_protocol(blobs):
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
     assert report["bytes_up"] == 7 * (4 * 120 * 119 // 2 + offset["up"] + 8 + 16)
     item = est.labels_.itemsize
-    # who uploaded to the secure sum, the offset (d float64) and the labels
+    # who dropped from the secure sum, the offset (d float64) and the labels
     expected = [offset["down"] + 8 * d + item * s for s in sizes]
     assert report["per_client"]["bytes_down"].tolist() == expected
 
@@ -655,7 +655,7 @@ def test_protocol_rounds_and_bytes(n_parties):
 
     def down(runtime):
         _, n, _ = _protocol_sizes(runtime, d)
-        # round 1: who uploaded to the secure sum, round 2: the mean (8d bytes), to every
+        # round 1: who dropped from the secure sum, round 2: the mean (8d bytes), to every
         # data client; round 4: the labels of its rows
         m_c = runtime.n_clients
         return (offset_sum_bytes(m_c, d)["down"] + 8 * d) * m_c + n * est.labels_.itemsize

@@ -403,7 +403,7 @@ def test_ledger_counts_shares_and_uploads():
     assert report["per_client"]["bytes_peer_sent"].tolist() == sent
     expected = 4 * n * (n - 1) // 2 + offset["up"] + 24
     assert report["per_client"]["bytes_up"].tolist() == [expected] * m
-    # who uploaded, and the mean, go back to every client
+    # who dropped, and the mean, go back to every client
     assert report["per_client"]["bytes_down"].tolist() == [offset["down"] + 8 * d] * m
 
 

@@ -346,3 +346,27 @@ def test_checking_a_step_imports_no_module_outside_the_package(tmp_path, monkeyp
         NodePolicy(allowed_methods=["KFed"]).check_step(f"{name}:step", method="KFed")
     NodePolicy().check_step(f"{name}:step", method="KFed")
     assert name not in sys.modules
+
+
+def test_client_sets_given_as_the_roster_less_some_isolate_what_lists_isolate():
+    # A node keeps a sum's clients as the roster less those left out; the rule
+    # must find exactly the groups it finds on the same sets as lists.
+    from skfedclust.node._sum_guard import ClientSet
+
+    rng = np.random.default_rng(0)
+    size = 40
+    for _ in range(300):
+        sets = []
+        for _ in range(rng.integers(1, 5)):
+            absent = rng.choice(size, size=rng.integers(0, 6), replace=False)
+            sets.append(sorted(set(range(size)) - set(absent.tolist())))
+        *earlier, current = sets
+        minimum = int(rng.integers(2, 5))
+        expected = isolated_clients(earlier, current, minimum)
+        compact = isolated_clients(
+            [ClientSet.of(e, size) for e in earlier], ClientSet.of(current, size), minimum
+        )
+        # The smallest region is found either way (ties may name another one).
+        assert bool(compact) == bool(expected)
+        if expected:
+            assert len(compact) == len(expected)

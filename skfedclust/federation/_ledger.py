@@ -6,6 +6,7 @@ is derived from these records only, so it cannot disagree with the protocol.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import numbers
 from dataclasses import dataclass
@@ -102,7 +103,17 @@ class Ledger:
 
     def __init__(self, n_parties):
         self.n_parties = int(n_parties)
-        self._messages = []
+        # Columns, one entry per message (the server is -1, tags by number): a
+        # fit of thousands of clients records millions of messages (the shares
+        # of every secure sum), a few tens of bytes each instead of an object each.
+        self._senders = array.array("i")
+        self._receivers = array.array("i")
+        self._rounds = array.array("i")
+        self._nbytes = array.array("q")
+        self._tags = array.array("i")
+        self._phases = array.array("i")
+        self._tag_ids = {}
+        self._tag_names = []
         self._phase = -1
         self._phase_setup = {}
         self._phase_evaluation = {}
@@ -155,10 +166,38 @@ class Ledger:
         if self._phase < 0:
             self.open_phase()
         nbytes = payload_nbytes(payload)
-        self._messages.append(
-            Message(sender, receiver, self._round_of(sender), nbytes, str(tag), self._phase)
-        )
+        self._append(sender, receiver, self._round_of(sender), nbytes, tag)
         return nbytes
+
+    def record_to_peers(self, payloads, *, sender, tag=""):
+        """Record the messages ``{receiver: payload}`` one party sends its peers; their sizes."""
+        self._check_party(sender)
+        if self._phase < 0:
+            self.open_phase()
+        sizes = []
+        if payloads:
+            round_ = self._round_of(sender)
+            for receiver, payload in payloads.items():
+                self._check_party(receiver)
+                if sender == receiver:
+                    raise ValueError(f"a party cannot send a message to itself ({sender!r})")
+                nbytes = payload_nbytes(payload)
+                self._append(sender, receiver, round_, nbytes, tag)
+                sizes.append(nbytes)
+        return sizes
+
+    def _append(self, sender, receiver, round_, nbytes, tag):
+        tag = str(tag)
+        tag_id = self._tag_ids.get(tag)
+        if tag_id is None:
+            tag_id = self._tag_ids[tag] = len(self._tag_names)
+            self._tag_names.append(tag)
+        self._senders.append(-1 if sender == SERVER else int(sender))
+        self._receivers.append(-1 if receiver == SERVER else int(receiver))
+        self._rounds.append(round_)
+        self._nbytes.append(nbytes)
+        self._tags.append(tag_id)
+        self._phases.append(self._phase)
 
     def _round_of(self, sender):
         phase = self._phase
@@ -196,7 +235,17 @@ class Ledger:
     @property
     def messages(self):
         """Every recorded :class:`Message`, in order."""
-        return list(self._messages)
+
+        def party(p):
+            return SERVER if p < 0 else p
+
+        names = self._tag_names
+        return [
+            Message(party(s), party(r), rnd, nb, names[t], ph)
+            for s, r, rnd, nb, t, ph in zip(
+                self._senders, self._receivers, self._rounds, self._nbytes, self._tags, self._phases
+            )
+        ]
 
     def report(self):
         """Summarise the ledger as the ``communication_`` dictionary.
@@ -213,18 +262,22 @@ class Ledger:
             ``bytes_peer_received``.
         """
         n = self.n_parties
+        # Copies (astype): a view left alive would keep the columns from growing.
+        senders = np.frombuffer(self._senders, dtype=np.int32).astype(np.int64)
+        receivers = np.frombuffer(self._receivers, dtype=np.int32).astype(np.int64)
+        nbytes = np.frombuffer(self._nbytes, dtype=np.int64).astype(np.int64)
+        up, down = receivers < 0, senders < 0
+        peer = ~(up | down)
+
+        def per_party(parties, where):
+            return np.bincount(parties[where], weights=nbytes[where], minlength=n).astype(np.int64)
+
         per = {
-            key: np.zeros(n, dtype=np.int64)
-            for key in ("bytes_up", "bytes_down", "bytes_peer_sent", "bytes_peer_received")
+            "bytes_up": per_party(senders, up),
+            "bytes_down": per_party(receivers, down),
+            "bytes_peer_sent": per_party(senders, peer),
+            "bytes_peer_received": per_party(receivers, peer),
         }
-        for m in self._messages:
-            if m.receiver == SERVER:
-                per["bytes_up"][m.sender] += m.nbytes
-            elif m.sender == SERVER:
-                per["bytes_down"][m.receiver] += m.nbytes
-            else:
-                per["bytes_peer_sent"][m.sender] += m.nbytes
-                per["bytes_peer_received"][m.receiver] += m.nbytes
         up = int(per["bytes_up"].sum())
         down = int(per["bytes_down"].sum())
         peer = int(per["bytes_peer_sent"].sum())
@@ -236,6 +289,6 @@ class Ledger:
             "bytes_down": down,
             "bytes_peer": peer,
             "bytes_total": up + down + peer,
-            "n_messages": len(self._messages),
+            "n_messages": len(self._nbytes),
             "per_client": per,
         }

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import gc
 import hashlib
 import logging
 import os
@@ -426,6 +427,26 @@ def _limited_map():
             yield
         finally:
             _LIMITED_THREADS.discard(me)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Pause Python's cyclic garbage collector while the runtime maps a client step.
+
+    The parties' kept state is thousands of long-lived objects; a collection
+    triggered every few hundred allocations scans them all, about a sixth of
+    a secure sum's time at a thousand clients. Reference counting still frees
+    every acyclic object a step drops; cycles wait for the next collection
+    after the map. A collector the caller disabled stays disabled.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _call_step_limited(step, data, inbox, state, party, public):
@@ -897,7 +918,7 @@ class InProcessRuntime(Runtime):
         # The limit is also set around the whole map: threadpoolctl's limits are
         # process-wide, so with the threading backend one worker leaving its
         # context must not lift the limit under another one still running.
-        with _limited_map():
+        with _limited_map(), _collector_paused():
             if side_by_side_threads > 1:
                 pool = thread_pool(side_by_side_threads, "client")
                 run = functools.partial(_run_step_with_config, get_config())
@@ -919,9 +940,11 @@ class InProcessRuntime(Runtime):
             if reply.send is not None:
                 self.ledger.record(reply.send, sender=c, receiver=SERVER, tag=tag)
                 sent[c] = reply.send
-            for peer, payload in sorted(reply.to_peers.items()):
-                self.ledger.record(payload, sender=c, receiver=peer, tag=tag)
-                self._inboxes[peer].setdefault(tag, {})[c] = payload
+            if reply.to_peers:
+                to_peers = dict(sorted(reply.to_peers.items()))
+                self.ledger.record_to_peers(to_peers, sender=c, tag=tag)
+                for peer, payload in to_peers.items():
+                    self._inboxes[peer].setdefault(tag, {})[c] = payload
         received = Received(tag, sent)
         self._delivered[id(received)] = received
         self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))

@@ -358,7 +358,7 @@ def secure_inertia_communication(n_clients):
     description up, a 32-byte self-mask share and a 16-byte share of each of
     its ``q`` pair keys to each neighbour and, when unmasking, the ``q``
     self-mask shares it holds up (``32 q``), and the server
-    announces the ``m`` survivors to every client (``8 m`` down each). The
+    announces who dropped to every client (no one: 0 bytes). The
     bound's vector is ``ceil(2101 / c)`` int64 (one per range of ``c =``
     :data:`INERTIA_BOUND_COARSENESS` binary exponents of a float64; described
     in 16 bytes), the inertia's one float64 and one int64 (described in 39
@@ -387,6 +387,6 @@ def secure_inertia_communication(n_clients):
         "setup_rounds": 0,
         "evaluation_rounds": 4 + int(m > 1),
         "bytes_up": m * vectors + 2 * m * 32 * q,
-        "bytes_down": 2 * m * 8 * m,
+        "bytes_down": 0,
         "bytes_peer": 16 * m * q // 2 + 2 * m * (32 + 16 * q) * q,
     }

@@ -150,6 +150,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
 import os
 import weakref
@@ -273,6 +274,9 @@ def _within(module, modules):
     return any(module == m or module.startswith(m + ".") for m in modules)
 
 
+# Cached: a function of the name and of the installed code alone, asked at every
+# step a node serves (importing and walking the module costs more than the check).
+@functools.lru_cache(maxsize=1024)
 def _defining_module(step_name):
     """The module a step named ``module:qualname`` is defined in (the name's, if not found).
 

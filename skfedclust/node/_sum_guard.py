@@ -127,7 +127,7 @@ class OpenSum:
         ``active`` is the set of the participants, for callers that ask for many
         clients' neighbours (building it is linear in the participants).
         """
-        active = set(self.participants) if active is None else active
+        active = self.participants if active is None else active
         graph = (self.graph_size, self.graph_degree, self.graph_seed)
         return _participating_neighbours(int(client), active, graph)
 
@@ -145,6 +145,89 @@ class SumRecord:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+
+class ClientSet:
+    """The clients of a sum: a roster ``0 .. size - 1`` less those ``absent``.
+
+    What a node needs of a sum's participants (or survivors) is who is in it,
+    to find its participating neighbours and to compare the sum with earlier
+    ones (rule ``one-sum-per-input``); a list of everyone costs every node
+    ``O(n)`` bytes and work at every sum. The usual sum leaves out no client
+    or a few (those who dropped), so it is kept, sent and digested as the
+    roster's size and the clients left out: ``O(1 + absent)``. Immutable and
+    hashable; equal client sets are equal objects whatever list they came from.
+    """
+
+    __slots__ = ("size", "absent", "_absent_set", "_hash")
+
+    def __init__(self, size, absent=()):
+        self.size = int(size)
+        self.absent = tuple(sorted({int(c) for c in absent}))
+        if self.absent and (self.absent[0] < 0 or self.absent[-1] >= self.size):
+            raise SumRefusal("well-formed", f"clients outside the roster of {self.size}")
+        self._absent_set = frozenset(self.absent)
+        self._hash = hash((self.size, self.absent))
+
+    @classmethod
+    def of(cls, clients, size):
+        """The set of the distinct clients ``clients`` of a roster of ``size``."""
+        if isinstance(clients, ClientSet):
+            return clients
+        present = np.zeros(int(size), dtype=bool)
+        clients = np.asarray(list(clients), dtype=np.int64)
+        present[clients] = True
+        return cls(size, np.flatnonzero(~present).tolist())
+
+    def __contains__(self, client):
+        return 0 <= client < self.size and client not in self._absent_set
+
+    def __len__(self):
+        return self.size - len(self.absent)
+
+    def __iter__(self):
+        absent = self._absent_set
+        return (c for c in range(self.size) if c not in absent)
+
+    def __eq__(self, other):
+        if isinstance(other, ClientSet):
+            return self.size == other.size and self.absent == other.absent
+        return NotImplemented
+
+    def __hash__(self):
+        return self._hash
+
+    def __repr__(self):
+        return f"ClientSet(size={self.size}, absent={list(self.absent)})"
+
+    def without(self, clients):
+        """This set less ``clients``."""
+        return ClientSet(self.size, (*self.absent, *(int(c) for c in clients)))
+
+    def wire(self):
+        """The set as a message: the roster's size and who is left out."""
+        return {"roster": self.size, "absent": np.array(self.absent, dtype=np.int64)}
+
+
+def client_set(clients, size, what="the participants"):
+    """A :class:`ClientSet` from a message: ``{"roster", "absent"}`` or a sorted list."""
+    if isinstance(clients, ClientSet):
+        return clients
+    if isinstance(clients, dict):
+        if set(clients) != {"roster", "absent"} or int(clients["roster"]) != int(size):
+            raise SumRefusal("well-formed", f"{what} are not a set of the roster of {size}")
+        absent = _int_list(clients["absent"], what)
+        if sorted(set(absent)) != absent:
+            raise SumRefusal(
+                "well-formed", f"{what}: the clients left out are not distinct and sorted"
+            )
+        return ClientSet(size, absent)
+    members = _int_list(clients, what)
+    if sorted(set(members)) != members:
+        raise SumRefusal("well-formed", f"{what} are not distinct and sorted")
+    if members and (members[0] < 0 or members[-1] >= int(size)):
+        raise SumRefusal("well-formed", f"{what} outside the roster of {size} clients")
+    return ClientSet.of(members, size)
 
 
 def record_of(state):
@@ -168,6 +251,11 @@ def _feed(h, obj):
         return
     if (kind is list or kind is tuple) and all([type(item) is int for item in obj]):
         h.update(b"l%d" % len(obj) + b"".join([b"s%d" % item for item in obj]))
+        return
+    if kind is ClientSet:
+        # The roster and who is left out: O(absent), not O(roster).
+        h.update(b"c%d|" % obj.size + b"l%d" % len(obj.absent))
+        h.update(b"".join([b"s%d" % item for item in obj.absent]))
         return
     if kind is np.ndarray or isinstance(obj, (np.ndarray, np.generic)):
         array = np.ascontiguousarray(obj)
@@ -354,7 +442,7 @@ def _participating_neighbours(client, active, graph):
     return tuple(j for j in _neighbours_of(client, *graph) if j in active)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 17)
 def _neighbours_of(client, n_clients, degree, seed):
     # Cached: a node derives its neighbours' neighbours at every sum (whose
     # pair keys' shares it holds), and a RandomState costs tens of microseconds.
@@ -396,20 +484,21 @@ def _int_list(values, what):
 def check_upload(record, party, *, sum_id, participants, graph, threshold, n_clients):
     """The node's checks before it uploads to a sum; its participating neighbours.
 
+    ``participants`` is a :class:`ClientSet` on the wire (``{"roster", "absent"}``)
+    or a sorted list of clients.
+
     Returns
     -------
-    participants : tuple of int
+    participants : ClientSet
     neighbours : tuple of int
         The node's neighbours among the participants.
     """
     me = party.index
     minimum = party.policy.min_sum_participants
-    participants = _int_list(participants, "the participants")
-    if sorted(set(participants)) != participants:
-        raise SumRefusal("well-formed", "the participants are not distinct and sorted")
     n_roster = int(graph["n_clients"])
-    if not participants or participants[0] < 0 or participants[-1] >= n_roster:
-        raise SumRefusal("well-formed", f"participants outside the roster of {n_roster} clients")
+    participants = client_set(participants, n_roster)
+    if not len(participants):
+        raise SumRefusal("well-formed", "a sum without participants")
     if me not in participants:
         raise SumRefusal("well-formed", f"client {me} is not among the participants")
     if len(participants) < minimum:
@@ -428,7 +517,7 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
     degree = int(graph["degree"])
     if not 0 < degree < n_roster:
         raise SumRefusal("well-formed", f"graph degree {degree} on {n_roster} clients")
-    mine = _participating_neighbours(me, set(participants), (n_roster, degree, int(graph["seed"])))
+    mine = _participating_neighbours(me, participants, (n_roster, degree, int(graph["seed"])))
     floor = threshold_floor(len(mine), minimum)
     if int(threshold) < floor:
         raise SumRefusal(
@@ -442,7 +531,43 @@ def check_upload(record, party, *, sum_id, participants, graph, threshold, n_cli
             f"client {me} has {len(mine)} participating neighbours, fewer than the threshold "
             f"{threshold}: its vector could not be masked as the sum requires",
         )
-    return tuple(participants), mine
+    return participants, mine
+
+
+def _small_atoms(sets, minimum):
+    """The regions of ``sets`` of between 1 and ``minimum - 1`` clients, as frozensets.
+
+    Sets given as :class:`ClientSet` of one roster are compared through the
+    clients some set leaves out or holds explicitly: every other client of the
+    roster is in exactly the client sets, one region whose size is counted, not
+    listed (``O(absent)`` work per sum, not ``O(roster)``).
+    """
+    rosters = [s for s in sets if isinstance(s, ClientSet)]
+    if not rosters or len({s.size for s in rosters}) != 1:
+        explicit = [s if isinstance(s, frozenset) else frozenset(s) for s in sets]
+        return [a for a in _atoms(explicit) if 0 < len(a) < int(minimum)]
+    size = rosters[0].size
+    special = set()
+    for s in sets:
+        special.update(s.absent if isinstance(s, ClientSet) else s)
+    regions = {}
+    for client in special:
+        where = tuple(k for k, s in enumerate(sets) if client in s)
+        if where:
+            regions.setdefault(where, []).append(client)
+    # The clients no set singles out: in every client set, in no explicit set.
+    common = tuple(k for k, s in enumerate(sets) if isinstance(s, ClientSet))
+    n_common = size - sum(1 for c in special if isinstance(c, int) and 0 <= c < size)
+    small = []
+    for where, clients in regions.items():
+        total = len(clients) + (n_common if where == common else 0)
+        if 0 < total < int(minimum):
+            if where == common:
+                clients = clients + [c for c in range(size) if c not in special]
+            small.append(frozenset(clients))
+    if common not in regions and 0 < n_common < int(minimum):
+        small.append(frozenset(c for c in range(size) if c not in special))
+    return small
 
 
 def _atoms(sets):
@@ -502,20 +627,25 @@ def isolated_clients(earlier, current, minimum):
     >>> isolated_clients([[0, 1, 2, 3]], [3, 4, 5, 6], 3)  # 3 is in both
     (3,)
     """
-    earlier = [frozenset(e) for e in earlier]
-    current = frozenset(current)
+    earlier = [e if isinstance(e, ClientSet) else frozenset(e) for e in earlier]
+    if not isinstance(current, ClientSet):
+        current = frozenset(current)
     if not earlier or current in earlier:
         return ()
     # Every region, not only those the new sum splits off: a region of one
     # that two sums left (their shared client) is opened by a third over their
     # union, which splits nothing.
-    small = [a for a in _atoms([*earlier, current]) if 0 < len(a) < int(minimum)]
+    small = _small_atoms([*earlier, current], minimum)
     return tuple(sorted(min(small, key=len), key=str)) if small else ()
+
+
+def _hashable(clients):
+    return clients if isinstance(clients, ClientSet) else tuple(clients)
 
 
 def check_statistic(record, statistic, participants, minimum):
     """Refuse a sum of a statistic the node added before over clients that differ too little."""
-    earlier = {tuple(e) for e, _ in record.statistics.get(statistic, ())}
+    earlier = {_hashable(e) for e, _ in record.statistics.get(statistic, ())}
     isolated = isolated_clients(earlier, participants, minimum)
     if isolated:
         raise SumRefusal(
@@ -530,7 +660,7 @@ def check_statistic(record, statistic, participants, minimum):
 def joined(record, statistic, participants, plaintexts=()):
     """The record's statistics with one more sum joined (survivors known at unmasking)."""
     statistics = dict(record.statistics)
-    participants = tuple(participants)
+    participants = _hashable(participants)
     for key in (statistic, *plaintexts):
         entries = statistics.get(key, ())
         if (participants, None) not in entries:
@@ -547,11 +677,11 @@ def check_repeat_survivors(record, current, survivors, minimum):
     upload (its participants, survivors unknown) takes the survivors.
     """
     statistics = dict(record.statistics)
-    survivors = tuple(survivors)
-    pending = (tuple(current.participants), None)
+    survivors = _hashable(survivors)
+    pending = (_hashable(current.participants), None)
     for key in (current.statistic, *current.plaintexts):
         entries = list(statistics.get(key, ()))
-        ended = {tuple(e) for _, e in entries if e is not None}
+        ended = {_hashable(e) for _, e in entries if e is not None}
         isolated = isolated_clients(ended, survivors, minimum)
         if isolated:
             raise SumRefusal(
@@ -580,16 +710,35 @@ def open_sum_of(record, stage_names, what):
 
 
 def check_announcement(current, me, survivors, dropped, minimum):
-    """The announced survivors and dropped clients, if the node accepts them."""
-    survivors = set(_int_list(survivors, "the survivors"))
-    dropped = set(_int_list(dropped, "the dropped clients"))
-    if survivors & dropped:
-        raise SumRefusal(
-            "well-formed",
-            f"clients {sorted(survivors & dropped)} announced as both uploaded and dropped",
-        )
-    if survivors | dropped != set(current.participants):
+    """The announced survivors (a :class:`ClientSet`) and dropped clients, if the node accepts them.
+
+    The announcement names the clients announced as dropped; the survivors are
+    the sum's participants less those (``survivors=None``), so it costs
+    ``O(dropped)``, not ``O(participants)``. An announcement that lists the
+    survivors too must list exactly the others.
+    """
+    participants = current.participants
+    if not isinstance(participants, ClientSet):
+        participants = ClientSet.of(participants, max(participants) + 1)
+    dropped = _int_list(dropped, "the dropped clients")
+    if sorted(set(dropped)) != sorted(dropped):
+        raise SumRefusal("well-formed", "the dropped clients are not distinct")
+    dropped = sorted(dropped)
+    if any(c not in participants for c in dropped):
         raise SumRefusal("well-formed", "the announcement does not cover the sum's participants")
+    remaining = participants.without(dropped)
+    if survivors is not None:
+        listed = set(_int_list(survivors, "the survivors"))
+        if listed & set(dropped):
+            raise SumRefusal(
+                "well-formed",
+                f"clients {sorted(listed & set(dropped))} announced as both uploaded and dropped",
+            )
+        if len(listed) != len(remaining) or any(c not in remaining for c in listed):
+            raise SumRefusal(
+                "well-formed", "the announcement does not cover the sum's participants"
+            )
+    survivors = remaining
     if me not in survivors:
         raise SumRefusal("well-formed", f"client {me} is announced as dropped")
     if len(survivors) < minimum:
@@ -605,4 +754,4 @@ def check_announcement(current, me, survivors, dropped, minimum):
             f"{current.min_survivors} of the noise the release needs: a sum of fewer clients "
             "would hold too little noise",
         )
-    return sorted(survivors), sorted(dropped)
+    return survivors, dropped

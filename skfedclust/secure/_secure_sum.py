@@ -43,7 +43,8 @@ public parameters (the shapes of the vectors and their fixed-point scales).
 
 Trust model: an honest-but-curious server, or an active server that may lie
 about who dropped, colluding with fewer than ``t`` clients of any neighbourhood.
-Masks come from cryptographic keystreams (ChaCha20) keyed by secrets drawn
+Masks come from cryptographic generators (SHAKE-128 for short vectors,
+ChaCha20 for long ones) keyed by secrets drawn
 from each party's private generator; a server that knows every public seed
 cannot replay them.
 
@@ -75,6 +76,7 @@ from ..node._dp import MIN_SURVIVORS, inside_secure_sum
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS, PAID_SUMMAND, charged_to_node
 from ..node._sum_guard import (
     RECORD,
+    ClientSet,
     OpenSum,
     SumRefusal,
     check_announcement,
@@ -169,10 +171,92 @@ def shamir_split_many(secrets, n_shares, threshold, party):
     holds the shares of ``secrets[s]``. The polynomials' coefficients come
     from the party's cryptographic generator, in one call.
     """
+    words = _shamir_share_words(secrets, n_shares, threshold, party)
+    values = [(int(hi) << 64) | int(lo) for hi, lo in words.reshape(-1, 2).tolist()]
+    return np.array(values, dtype=object).reshape(n_shares, len(secrets)).T
+
+
+#: Bits of a slot of the packed evaluation (:func:`_shamir_share_words`).
+_SLOT_BITS = 256
+
+
+def _shamir_share_words(secrets, n_shares, threshold, party):
+    """The shares of :func:`shamir_split_many` as (high, low) 64-bit words, shape (n_shares, n, 2).
+
+    The coefficients are drawn as in :func:`shamir_split_many` (128 random bits
+    each, taken modulo ``2**127 - 1``). The polynomials are evaluated at the
+    small points ``x = 1 .. n_shares`` all at once: every coefficient of
+    degree ``e`` of every secret is packed into one integer, in slots of 256
+    bits, and Horner's rule on those integers evaluates every secret's
+    polynomial at ``x`` in ``threshold`` multiplications by a small number
+    (Kronecker substitution). Each slot holds the exact value, below
+    ``threshold * 2**128 * x**(threshold - 1)``; it is reduced modulo the
+    Mersenne prime in numpy. ``O(threshold * n_shares)`` operations on
+    integers of ``256 n`` bits, instead of ``n * threshold * n_shares``
+    products of field elements.
+    """
     if not 1 <= threshold <= n_shares:
         raise ValueError(f"threshold={threshold} must be in [1, n_shares={n_shares}]")
     n_secrets = len(secrets)
     raw = party.secret_bytes(16 * n_secrets * (threshold - 1)) if threshold > 1 else b""
+    bound_bits = 128 + (threshold - 1) * int(n_shares).bit_length() + int(threshold).bit_length()
+    if bound_bits >= _SLOT_BITS - 2:
+        # Beyond a few million clients' degrees: the products of field elements.
+        return _shamir_share_words_exact(secrets, raw, n_shares, threshold)
+    slot = _SLOT_BITS // 64
+    packed = np.zeros((threshold, n_secrets, slot), dtype=np.uint64)
+    values = [int(v) for v in secrets]
+    if any(not 0 <= v < MERSENNE_127 for v in values):
+        raise ValueError("a Shamir secret must be in [0, 2**127 - 1)")
+    packed[0, :, 0] = [v & _LOW_64 for v in values]
+    packed[0, :, 1] = [v >> 64 for v in values]
+    if threshold > 1:
+        # Coefficient e of secret s: bytes [16 (s (t - 1) + e - 1), +16), little-endian.
+        random = np.frombuffer(raw, dtype="<u8").reshape(n_secrets, threshold - 1, 2)
+        packed[1:, :, :2] = random.transpose(1, 0, 2)
+    coefficients = [int.from_bytes(packed[e].tobytes(), "little") for e in range(threshold)]
+    size = n_secrets * slot * 8
+    evaluated = []
+    for x in range(1, n_shares + 1):
+        value = coefficients[-1]
+        for e in range(threshold - 2, -1, -1):
+            value = value * x + coefficients[e]
+        evaluated.append(value.to_bytes(size, "little"))
+    w = np.frombuffer(b"".join(evaluated), dtype="<u8").reshape(n_shares, n_secrets, slot)
+    return _mod_mersenne_127(w)
+
+
+_LOW_64 = (1 << 64) - 1
+_M63 = np.uint64((1 << 63) - 1)
+_M64 = np.uint64(_LOW_64)
+
+
+def _mod_mersenne_127(w):
+    """Values below ``2**254`` as little-endian 64-bit words (last axis, 4 words) modulo
+    ``2**127 - 1``, as (high, low) words: ``2**127`` is 1 modulo the prime, so the value is
+    its low 127 bits plus the rest, folded twice."""
+    w = w.astype(np.uint64, copy=False)
+    one, s63 = np.uint64(1), np.uint64(63)
+    lo, hi = w[..., 0], w[..., 1] & _M63
+    # The bits from 127 up: below 2**127 (two words, the high one below 2**63).
+    r0 = (w[..., 1] >> s63) | (w[..., 2] << one)
+    r1 = (w[..., 2] >> s63) | (w[..., 3] << one)
+    s_lo = lo + r0
+    s_hi = hi + r1 + (s_lo < lo).astype(np.uint64)
+    # Below 2**128 - 1: fold bit 127 once more.
+    top = s_hi >> s63
+    s_hi &= _M63
+    t_lo = s_lo + top
+    s_hi += (t_lo < s_lo).astype(np.uint64)
+    # At most the prime itself, which is 0.
+    prime = (s_hi == _M63) & (t_lo == _M64)
+    s_hi[prime] = 0
+    t_lo[prime] = 0
+    return np.stack([s_hi, t_lo], axis=-1)
+
+
+def _shamir_share_words_exact(secrets, raw, n_shares, threshold):
+    n_secrets = len(secrets)
     coefficients = np.empty((n_secrets, threshold), dtype=object)
     coefficients[:, 0] = [int(v) for v in secrets]
     # 128 random bits reduced modulo 2**127 - 1: a bias below 2**-126.
@@ -182,7 +266,8 @@ def shamir_split_many(secrets, n_shares, threshold, party):
     ).reshape(n_secrets, threshold - 1)
     # The polynomials at x = 1 .. n_shares: a product with the Vandermonde
     # matrix, in exact integers (below 2**254 * threshold before the reduction).
-    return (coefficients @ _vandermonde(n_shares, threshold)) % MERSENNE_127
+    shares = (coefficients @ _vandermonde(n_shares, threshold)) % MERSENNE_127
+    return _words_of(shares.T.ravel()).reshape(n_shares, n_secrets, 2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -198,16 +283,24 @@ def _vandermonde(n_shares, threshold):
 
 def shamir_combine(points):
     """The secret of Shamir shares ``{x: y}`` (Lagrange interpolation at 0)."""
-    secret = 0
-    xs = list(points)
+    xs = tuple(points)
+    weights = _lagrange_at_zero(xs)
+    return sum(points[x] * w for x, w in zip(xs, weights)) % MERSENNE_127
+
+
+@functools.lru_cache(maxsize=4096)
+def _lagrange_at_zero(xs):
+    # The server rebuilds every survivor's self mask from shares at the same
+    # few points (1 .. t as a rule): the weights are computed once per set.
+    weights = []
     for x in xs:
         num, den = 1, 1
         for other in xs:
             if other != x:
                 num = num * (-other) % MERSENNE_127
                 den = den * (x - other) % MERSENNE_127
-        secret = (secret + points[x] * num * pow(den, -1, MERSENNE_127)) % MERSENNE_127
-    return secret
+        weights.append(num * pow(den, -1, MERSENNE_127) % MERSENNE_127)
+    return tuple(weights)
 
 
 #: ChaCha20's nonce (its counter starts at 0): every keystream has a key of its own.
@@ -224,6 +317,26 @@ def keystream(key, domain, n, dtype=np.uint64):
     dtype = np.dtype(dtype)
     encryptor = Cipher(algorithms.ChaCha20(digest, _NONCE), mode=None).encryptor()
     return np.frombuffer(encryptor.update(bytes(n * dtype.itemsize)), dtype=dtype)
+
+
+#: Masks of at most this many words come from SHAKE-128, longer ones from ChaCha20.
+_SHORT_MASK = 256
+
+
+def _mask(key, domain, n):
+    """A secure sum's mask of ``n`` words keyed by ``key``: a cryptographic XOF's output.
+
+    SHAKE-128 (FIPS 202) in one call for short vectors (a Lloyd iteration's
+    sums: a few microseconds, where setting up a ChaCha20 context costs more
+    than its output), :func:`keystream` (ChaCha20) for long ones, whose
+    throughput is higher. Both ends of a pairwise mask derive it alike: the
+    choice depends only on ``n``.
+    """
+    if n > _SHORT_MASK:
+        return keystream(key, domain, n)
+    return np.frombuffer(
+        hashlib.shake_128(bytes(key) + b"|" + domain).digest(8 * n), dtype=np.uint64
+    )
 
 
 def harary_neighbours(n_clients, degree, seed):
@@ -436,7 +549,7 @@ def _key_bytes(key_int):
 
 
 def _self_mask(seed_int, n):
-    return keystream(int(seed_int).to_bytes(16, "little"), b"self mask", n)
+    return _mask(int(seed_int).to_bytes(16, "little"), b"self mask", n)
 
 
 def _seeds_key(graph_seed):
@@ -630,12 +743,19 @@ def _masked(vector, me, pair_keys, self_seed):
     """
     n = vector.size
     masked = vector.copy()
-    for j, key in pair_keys.items():
-        mask = keystream(_key_bytes(key), b"pairwise mask", n)
-        if j > me:
-            masked += mask
+    later = [key for j, key in pair_keys.items() if j > me]
+    earlier = [key for j, key in pair_keys.items() if j <= me]
+    # Each side's masks in one array, added up in one reduction (modulo 2**64,
+    # as the single additions were) rather than one addition per neighbour.
+    for keys, sign in ((later, 1), (earlier, -1)):
+        if not keys:
+            continue
+        masks = np.stack([_mask(_key_bytes(key), b"pairwise mask", n) for key in keys])
+        total = masks.sum(axis=0, dtype=np.uint64)
+        if sign > 0:
+            masked += total
         else:
-            masked -= mask
+            masked -= total
     masked += _self_mask(self_seed, n)
     return masked
 
@@ -649,12 +769,12 @@ def _shares_for_neighbours(self_seed, pair_keys, sum_id, threshold, party):
     """
     mine = list(pair_keys)
     secrets = [self_seed, *pair_keys.values()]
-    shares = shamir_split_many(secrets, len(mine), threshold, party)
+    words = _shamir_share_words(secrets, len(mine), threshold, party)
     # Row k: (sum id, x = k + 1, each secret's share at x as (high, low) words).
     rows = np.empty((len(mine), 2 + 2 * len(secrets)), dtype=np.uint64)
     rows[:, 0] = sum_id
     rows[:, 1] = np.arange(1, len(mine) + 1)
-    rows[:, 2:] = _words_of(shares.T.ravel()).reshape(len(mine), -1)
+    rows[:, 2:] = words.reshape(len(mine), -1)
     return {j: rows[k].copy() for k, j in enumerate(mine)}
 
 
@@ -719,10 +839,12 @@ def _received_shares(current, inbox):
     self-mask share's words alone, and joins none of them into field elements.
     """
     shares = dict(current.shares)
-    active = set(current.participants)
+    active = current.participants
     for j, share in inbox.get(TAG_UPLOAD, {}).items():
-        share = np.asarray(share, dtype=np.uint64).ravel()
-        if share.size < 4 or int(share[0]) != current.sum_id:
+        if type(share) is not np.ndarray or share.dtype != np.uint64 or share.ndim != 1:
+            share = np.asarray(share, dtype=np.uint64).ravel()
+        head = share[:2].tolist()
+        if share.size < 4 or head[0] != current.sum_id:
             raise SecureSumError(f"client {j}'s share belongs to another sum")
         expected = 4 + 2 * len(current.neighbours_of(int(j), active))
         if share.size != expected:
@@ -730,13 +852,17 @@ def _received_shares(current, inbox):
                 f"client {j}'s share holds {share.size} words, not the {expected} of a "
                 "self-mask share and its pair keys' shares"
             )
-        shares[int(j)] = (int(share[1]), tuple(share[2:].tolist()))
+        # The words as received (an array): a sum without dropouts reads two of them.
+        shares[int(j)] = (head[1], share[2:])
     return shares
 
 
 def _announcement(inbox):
+    """``(survivors or None, dropped)``: the server announces who dropped (``O(dropped)``)."""
     announced = inbox[TAG_SURVIVORS]
-    return announced["survivors"], announced["dropped"]
+    if not isinstance(announced, dict) or "dropped" not in announced:
+        raise SumRefusal("well-formed", "the announcement names no dropped clients")
+    return announced.get("survivors"), announced["dropped"]
 
 
 @data_independent
@@ -763,14 +889,14 @@ def secure_sum_attest_step(data, inbox, state, party):
         stage="attested",
         shares=tuple(sorted(shares.items())),
         announcement=seen,
-        survivors=tuple(survivors),
+        survivors=survivors,
         dropped=tuple(dropped),
     )
     words = np.frombuffer(seen, dtype=np.uint64)
     to_peers = {
         j: np.concatenate([[np.uint64(current.sum_id)], words])
         for j in current.neighbours
-        if j in set(survivors)
+        if j in survivors
     }
     return Reply(to_peers=to_peers, keep={RECORD: record.replace(open=attested)})
 
@@ -799,7 +925,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
                     "consistent-view",
                     "the announcement to unmask differs from the one this node attested",
                 )
-        survivors, dropped = list(current.survivors), list(current.dropped)
+        survivors, dropped = current.survivors, list(current.dropped)
     else:
         survivors, dropped = check_announcement(current, me, *_announcement(inbox), minimum)
         if dropped:
@@ -813,19 +939,19 @@ def secure_sum_unmask_step(data, inbox, state, party):
         _check_attestations(current, inbox, survivors)
     seeds = dict(state.get(_seeds_key(current.graph_seed), {}))
     b_shares, pair_keys, key_shares = [], [], []
-    survivors, dropped = set(survivors), set(dropped)
-    active = set(current.participants)
+    dropped = set(dropped)
+    active = current.participants
     for j in current.neighbours:
         if j in survivors and j in shares:
             x, words = shares[j]
-            b_shares.append([j, x, *words[:2]])
+            b_shares.append((j, x, int(words[0]), int(words[1])))
             if not dropped:
                 continue
             # The surviving neighbour's pair keys with the dropped clients only,
             # as it reveals them itself: the sum completes without it.
             for k, d in enumerate(current.neighbours_of(j, active), start=1):
                 if d in dropped:
-                    key_shares.append([j, d, x, *words[2 * k : 2 * k + 2]])
+                    key_shares.append([j, d, x, int(words[2 * k]), int(words[2 * k + 1])])
         elif j in dropped:
             if j in shares:
                 raise SumRefusal(
@@ -835,7 +961,7 @@ def secure_sum_unmask_step(data, inbox, state, party):
                 )
             key = _pair_key_int(seeds[j], current.sum_id, current.key_digest)
             pair_keys.append([j, *_split_words([key])])
-    statistics = check_repeat_survivors(record, current, sorted(survivors), minimum)
+    statistics = check_repeat_survivors(record, current, survivors, minimum)
     if party.ledger is not None:
         ledger = party.ledger
         ledger.unmask_sum(
@@ -862,7 +988,7 @@ def _check_attestations(current, inbox, survivors):
         message = np.asarray(message, dtype=np.uint64).ravel()
         if (
             int(j) in current.neighbours
-            and int(j) in set(survivors)
+            and int(j) in survivors
             and message.size == expected.size + 1
             and int(message[0]) == current.sum_id
             and np.array_equal(message[1:], expected)
@@ -938,7 +1064,7 @@ def unmask_sum(uploads, reveals, *, sum_id, neighbours, participants, threshold)
                         f"reveal its shares ({len(points)} did): the sum cannot be unmasked"
                     )
                 key = _key_bytes(shamir_combine(dict(sorted(points.items())[:threshold])))
-            mask = keystream(key, b"pairwise mask", n)
+            mask = _mask(key, b"pairwise mask", n)
             # j added +mask towards a later neighbour i, -mask towards an earlier one.
             if i > j:
                 total -= mask
@@ -1150,6 +1276,10 @@ class SecureAggregator:
                 for b in bounds
             ]
         runtime.stage(f"secure sum {tag!r}: masked vectors up")
+        # Who takes part, as the roster's size and who is left out: what a node
+        # needs (its participating neighbours, the set for its rules) in
+        # O(1 + left out), not a list of everyone at every sum.
+        roster = ClientSet.of(participants, runtime.n_clients)
         uploads = runtime.run(
             secure_sum_upload_step,
             tag=TAG_UPLOAD,
@@ -1158,7 +1288,7 @@ class SecureAggregator:
             inner=client_step_name(step),
             inner_public=public,
             sum_id=sum_id,
-            participants=participants,
+            participants=roster.wire(),
             graph=self.graph,
             threshold=threshold,
             shifts=shifts,
@@ -1185,13 +1315,10 @@ class SecureAggregator:
             shifts = [0] * n_components
         elif len(shifts) == 1 and n_components > 1:
             shifts = shifts * n_components
-        # As int64 arrays: the same 8 bytes per client as a list, but counted and
-        # encoded in O(1) per recipient instead of per element (n^2 work in all).
+        # Who dropped, not who uploaded: each node knows the participants, so the
+        # survivors are the rest. O(dropped) bytes per node, not O(participants).
         runtime.broadcast(
-            {
-                "survivors": np.array(survivors, dtype=np.int64),
-                "dropped": np.array(dropped, dtype=np.int64),
-            },
+            {"dropped": np.array(dropped, dtype=np.int64)},
             tag=TAG_SURVIVORS,
             clients=survivors,
         )
