@@ -314,11 +314,24 @@ def test_sparse_matrices_that_are_dicts_are_still_arrays():
         np.random.RandomState(0).randint(0, 4, 120),  # scattered integers of a narrow range
         np.random.RandomState(1).randint(-(10**12), 10**12, 120) // 10**11,  # a wide range
         np.random.RandomState(2).randint(0, 3, 120).astype(np.uint8),
+        np.random.RandomState(3).choice(np.array([-120, 0, 120], dtype=np.int8), 120),
+        np.random.RandomState(4).choice(np.array([2**63, 2**64 - 1], dtype=np.uint64), 120),
         np.repeat(np.array(["b", "a", "c"]), 40),
         np.repeat([2.5, 0.5], 60),
         np.array(["x", "y", "z"] * 40, dtype=object),
     ],
-    ids=["sorted", "runs", "scattered", "wide", "uint8", "strings", "floats", "objects"],
+    ids=[
+        "sorted",
+        "runs",
+        "scattered",
+        "wide",
+        "uint8",
+        "int8",
+        "uint64",
+        "strings",
+        "floats",
+        "objects",
+    ],
 )
 def test_clients_from_ids_are_those_of_numpys_unique(ids):
     from skfedclust.federation._inputs import _federation_from_ids

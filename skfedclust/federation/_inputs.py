@@ -442,8 +442,10 @@ def _unique_ids(ids):
     """``np.unique(ids, return_inverse=True)``, without a sort for integer ids of a narrow range."""
     if ids.dtype.kind in "iu" and len(ids):
         low, high = int(ids.min()), int(ids.max())
-        if high - low < max(len(ids), 2**16):
-            offsets = (ids - low).astype(np.intp, copy=False)
+        wide = np.iinfo(np.intp)
+        if high - low < max(len(ids), 2**16) and wide.min <= low and high <= wide.max:
+            # In intp before the subtraction: an int8 id minus the least wraps.
+            offsets = ids.astype(np.intp) - low
             present = np.bincount(offsets, minlength=high - low + 1) > 0
             names = (np.flatnonzero(present) + low).astype(ids.dtype)
             return names, (np.cumsum(present) - 1)[offsets]
