@@ -304,3 +304,45 @@ def test_sparse_matrices_that_are_dicts_are_still_arrays():
     with pytest.raises(TypeError, match="[Ss]parse") as info:
         KFed(2).fit(sparse.dok_matrix(a))
     assert "is a dict" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        np.repeat([0, 1, 2], [40, 30, 50]),  # sorted runs: views, no sort
+        np.repeat([5, -2, 9], [40, 30, 50]),  # runs out of order
+        np.random.RandomState(0).randint(0, 4, 120),  # scattered integers of a narrow range
+        np.random.RandomState(1).randint(-(10**12), 10**12, 120) // 10**11,  # a wide range
+        np.random.RandomState(2).randint(0, 3, 120).astype(np.uint8),
+        np.random.RandomState(3).choice(np.array([-120, 0, 120], dtype=np.int8), 120),
+        np.random.RandomState(4).choice(np.array([2**63, 2**64 - 1], dtype=np.uint64), 120),
+        np.repeat(np.array(["b", "a", "c"]), 40),
+        np.repeat([2.5, 0.5], 60),
+        np.array(["x", "y", "z"] * 40, dtype=object),
+    ],
+    ids=[
+        "sorted",
+        "runs",
+        "scattered",
+        "wide",
+        "uint8",
+        "int8",
+        "uint64",
+        "strings",
+        "floats",
+        "objects",
+    ],
+)
+def test_clients_from_ids_are_those_of_numpys_unique(ids):
+    from skfedclust.federation._inputs import _federation_from_ids
+
+    X = np.arange(240, dtype=float).reshape(120, 2)
+    federation = _federation_from_ids(X, ids)
+    names, inverse = np.unique(ids, return_inverse=True)
+    assert federation.client_names == names.tolist()
+    assert [type(n) for n in federation.client_names] == [type(n) for n in names.tolist()]
+    for c, rows in enumerate(federation.client_rows):
+        np.testing.assert_array_equal(rows, np.flatnonzero(inverse == c))
+        np.testing.assert_array_equal(federation.client_data(c), X[rows])
+    if np.all(ids[:-1] <= ids[1:]):
+        assert all(np.shares_memory(federation.client_data(c), X) for c in range(len(names)))

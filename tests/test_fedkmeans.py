@@ -532,9 +532,9 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     clients = [X[:150], X[150:300], X[300:450], X[450:]]
     init = X[:5].copy()
     # Secure sums: row bound, moments, deviation bound, per-feature deviation
-    # bounds, centered moments; then one per Lloyd iteration. Client 2 drops in
-    # the second iteration.
-    DropInUpload.at = 6
+    # bounds (no centered moments: with tol=0 the fit reads no variance); then
+    # one per Lloyd iteration. Client 2 drops in the second iteration.
+    DropInUpload.at = 5
     with use_runtime(DropInUpload):
         fk = SeesTotalsKMeans(5, init=init, max_iter=2, tol=0, random_state=0).fit(clients)
     first = _central_lloyd_step(X, init)
@@ -544,7 +544,7 @@ def test_a_client_dropping_mid_fit_is_left_out_of_that_iteration():
     np.testing.assert_array_equal(fk.labels_, nearest_center(X, fk.cluster_centers_))
     # Asking for every client makes the same dropout an error.
     with use_runtime(DropInUpload), pytest.raises(FederatedKMeansError, match="min_clients=4"):
-        SeesTotalsKMeans(5, init=init, min_clients=4, random_state=0).fit(clients)
+        SeesTotalsKMeans(5, init=init, tol=0, min_clients=4, random_state=0).fit(clients)
 
 
 class DropHalf(InProcessRuntime):
@@ -795,3 +795,104 @@ def test_a_callable_init_is_checked_and_refused_under_dp():
         FederatedKMeans(
             3, init=too_many, privacy="dp", epsilon=1.0, bounds=(X.min(0), X.max(0))
         ).fit(clients)
+
+
+# --------------------------------------------------------------------------- #
+# Whole fits: the clients' rows are read where they are, checked once
+# --------------------------------------------------------------------------- #
+def _record_lloyd_blocks(monkeypatch):
+    """Every ``data`` the Lloyd passes of either coordinator get, as it reaches them."""
+    import skfedclust.methods._fedkmeans_blind as blind
+    import skfedclust.methods._fedkmeans_steps as steps
+
+    seen = []
+
+    def recording(original):
+        def lloyd_pass(data, *args, **kwargs):
+            seen.append(data)
+            return original(data, *args, **kwargs)
+
+        return lloyd_pass
+
+    monkeypatch.setattr(steps, "lloyd_pass", recording(steps.lloyd_pass))
+    monkeypatch.setattr(blind, "lloyd_pass", recording(blind.lloyd_pass))
+    return seen
+
+
+@pytest.mark.parametrize("coordinator", ["sees-totals", "blind"])
+@pytest.mark.parametrize("form", ["clients", "sorted client_ids"])
+def test_the_lloyd_passes_read_views_of_the_callers_rows(monkeypatch, coordinator, form):
+    # C-contiguous float64 rows need no copy: a copy of every client's rows
+    # (a stack of the clients, a cast, a contiguous copy) fails here.
+    X = _data(n=3000, d=4)
+    clients = np.array_split(X, 4)
+    seen = _record_lloyd_blocks(monkeypatch)
+    model = FederatedKMeans(5, init=X[:5].copy(), max_iter=3, coordinator=coordinator)
+    if form == "clients":
+        model.fit(clients)
+        held = clients
+    else:
+        model.fit(X, client_ids=np.repeat(np.arange(4), [len(c) for c in clients]))
+        held = [X] * 4
+    assert len(seen) >= 4
+    for data in seen:
+        owner = [i for i, rows in enumerate(held) if np.shares_memory(data, rows)]
+        assert owner, "a Lloyd pass read a copy of a client's rows"
+        assert np.array_equal(data, clients[owner[0]] if form == "clients" else data)
+    # The caller's arrays stay writable: only the runtime's views are read-only.
+    assert all(c.flags.writeable for c in clients) and X.flags.writeable
+
+
+def test_each_client_is_checked_once(monkeypatch):
+    import sklearn.utils.validation as validation
+
+    import skfedclust.federation._inputs as inputs
+
+    checked = []
+    original = validation.check_array
+
+    def counting(array, *args, **kwargs):
+        checked.append(array)
+        return original(array, *args, **kwargs)
+
+    # Here and in scikit-learn's validate_data: a second check of the stacked
+    # rows (or of a client) counts.
+    monkeypatch.setattr(inputs, "check_array", counting)
+    monkeypatch.setattr(validation, "check_array", counting)
+    X = _data()
+    clients = np.array_split(X, 4)
+    FederatedKMeans(5, init=X[:5].copy(), max_iter=2, random_state=0).fit(clients)
+    assert len(checked) == 4
+    assert all(a is c for a, c in zip(checked, clients))
+
+
+def test_a_fit_on_client_arrays_allocates_far_less_than_their_rows():
+    # Peak extra memory of a whole fit (k-means' labels, the label blocks'
+    # temporaries) against the rows' 16 MB: a copy of them would exceed it.
+    import tracemalloc
+
+    X = np.random.RandomState(0).uniform(size=(100_000, 20))
+    clients = np.array_split(X, 10)
+    model = FederatedKMeans(8, init=X[:8].copy(), max_iter=3, tol=0, random_state=0)
+    model.fit(clients)  # compiled code and thread pools ready
+    tracemalloc.start()
+    try:
+        model.fit(clients)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < X.nbytes / 2
+
+
+def test_the_fit_sums_centered_moments_only_for_tol_or_a_drawn_start():
+    # As KMeans, which computes no variance for tol=0: one secure sum fewer.
+    X = _data()
+
+    def secure_sums(**params):
+        with recording_runtime() as runtimes:
+            FederatedKMeans(5, max_iter=1, random_state=0, **params).fit(np.array_split(X, 3))
+        return sum(entry[3] == "secure_sum_upload_step" for entry in runtimes[0].trace)
+
+    init = X[:5].copy()
+    assert secure_sums(init=init, tol=0.0) + 1 == secure_sums(init=init, tol=1e-4)
+    assert secure_sums(init="random", tol=0.0) == secure_sums(init="random", tol=1e-4)

@@ -23,6 +23,8 @@ from skfedclust.utils.discovery import all_estimators
 BOUND_ONLY_STEPS = {
     "skfedclust.secure._moments:moments_rows",
     "skfedclust.secure._moments:moments_deviations",
+    "skfedclust.methods._fedkmeans_steps:fedkmeans_row_extremes",
+    "skfedclust.methods._fedkmeans_steps:fedkmeans_deviation_extremes",
     "skfedclust.methods._fedsc_steps:fedsc_rows",
 }
 RELEASES_ROWS_STEPS = {

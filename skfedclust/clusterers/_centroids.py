@@ -121,11 +121,18 @@ def _centered(X, reference):
     with np.errstate(over="ignore", invalid="ignore"):
         D = X - reference
         # NaN and inf propagate to the extent: one reduction checks both.
-        extent = np.abs(D).max() if D.size else 0.0
+        extent = _largest_magnitude(D)
         if np.isfinite(extent):
             return D, 0, extent
         D = X * 0.5 - reference * 0.5
-        return D, -1, np.abs(D).max()
+        return D, -1, _largest_magnitude(D)
+
+
+def _largest_magnitude(D):
+    """``np.abs(D).max()`` (NaN propagates), without a temporary of ``D``'s size."""
+    if not D.size:
+        return 0.0
+    return np.maximum(D.max(), -D.min())
 
 
 def nearest_center(X, centers):
@@ -184,7 +191,8 @@ def nearest_center(X, centers):
         exponent = max((e for e in exponents if e is not None), default=0)
         # Powers of two scale exactly: the labels do not depend on the choice.
         factor = np.ldexp(1.0, -exponent)
-        Dn, Cn = D * factor, Cb * factor
+        # D is this block's own temporary: scaled in place.
+        Dn, Cn = np.multiply(D, factor, out=D), Cb * factor
         scores = Dn @ Cn.T
         scores *= -2.0
         # row_norms(Cn, squared=True), without its input checks.

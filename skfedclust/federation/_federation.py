@@ -15,12 +15,15 @@ class Federation:
 
     The pooled matrix exists only because this is a simulation. Protocol code
     never sees it: the runtime hands each client step its own block
-    (:meth:`client_data`) and nothing else.
+    (:meth:`client_data`) and nothing else. Clients given as a list of arrays
+    keep them (``blocks``) and there is no pooled matrix: stacking them
+    would copy every client's rows for nothing.
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
-        Pooled data, rows in the order the user gave them.
+    X : ndarray of shape (n_samples, n_features) or None
+        Pooled data, rows in the order the user gave them; ``None`` with
+        ``blocks``.
     client_rows : list of ndarray of int
         Row indices (into ``X``) held by each client.
     client_cols : list of ndarray of int or None, default=None
@@ -33,6 +36,10 @@ class Federation:
         One seed per client, drawn up front by the estimator.
     client_names : list, default=None
         Name of each client (the sorted ``client_ids``, or ``0 .. m - 1``).
+    blocks : list of ndarray or None, default=None
+        Each client's own rows (a horizontal federation), instead of ``X``:
+        client ``i`` holds ``blocks[i]``, which are pooled rows
+        ``client_rows[i]`` in the order of the input.
     """
 
     X: np.ndarray
@@ -41,10 +48,13 @@ class Federation:
     row_groups: list | None = None
     seeds: np.ndarray | None = None
     client_names: list = field(default=None)
+    blocks: list | None = None
 
     def __post_init__(self):
         if self.client_names is None:
             self.client_names = list(range(len(self.client_rows)))
+        if self.blocks is not None and (self.X is not None or self.client_cols is not None):
+            raise ValueError("blocks stand for the pooled X of a horizontal federation")
 
     @property
     def n_clients(self):
@@ -52,10 +62,14 @@ class Federation:
 
     @property
     def n_samples(self):
+        if self.blocks is not None:
+            return sum(block.shape[0] for block in self.blocks)
         return self.X.shape[0]
 
     @property
     def n_features(self):
+        if self.blocks is not None:
+            return self.blocks[0].shape[1]
         return self.X.shape[1]
 
     @property
@@ -78,9 +92,11 @@ class Federation:
         """Return the data held by client ``i`` (its rows, its columns).
 
         A client whose rows are one run of consecutive pooled rows (clients
-        given as a list of arrays) gets a view of them: no copy of every
-        client's data for the length of a fit.
+        given as a list of arrays, or by sorted ``client_ids``) gets a view of
+        them: no copy of every client's data for the length of a fit.
         """
+        if self.blocks is not None:
+            return self.blocks[i]
         rows = self.client_rows[i]
         if self.client_cols is None:
             run = _consecutive(rows)
@@ -109,6 +125,9 @@ class Federation:
         filled = np.zeros(self.n_samples, dtype=bool)
         for c, values in zip(clients, per_client_values):
             rows = self.client_rows[c]
+            # A run of rows is a slice: no index scatter.
+            run = _consecutive(rows)
+            rows = rows if run is None else run
             out[rows] = values
             filled[rows] = True
         if not filled.all():

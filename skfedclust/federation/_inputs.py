@@ -24,6 +24,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import validate_data
 
+from ._column_stats import column_extremes_and_sums
 from ._federation import Federation
 
 __all__ = [
@@ -331,12 +332,14 @@ def _federation_from_clients(estimator, clients):
                 f"clients must share the same features: client {i} has {w} features "
                 f"but client 0 has {widths[0]}"
             )
-    X = validate_data(estimator, np.vstack(arrays), dtype=np.float64)
+    # Each client's block was checked above, once: only the estimator's record
+    # of the features is left to set (and no stack of every client's rows).
+    validate_data(estimator, arrays[0], skip_check_array=True)
     if names is not None:
         estimator.feature_names_in_ = names
     bounds = np.cumsum([0] + [a.shape[0] for a in arrays])
     rows = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    return Federation(X, rows)
+    return Federation(None, rows, blocks=arrays)
 
 
 def _grid_feature_names(grid):
@@ -418,11 +421,36 @@ def _federation_from_grid(estimator, grid):
 
 def _federation_from_ids(X, client_ids):
     ids = check_client_ids(client_ids, X.shape[0])
-    names, inverse = np.unique(ids, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
+    if len(ids) and ids.dtype.kind != "O" and bool(np.all(ids[:-1] <= ids[1:])):
+        # Rows grouped by client in sorted order (the usual layout): each client
+        # is a run of rows, found without sorting, and its block is a view.
+        starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+        stops = np.append(starts[1:], len(ids))
+        rows = [np.arange(a, b) for a, b in zip(starts, stops)]
+        return Federation(X, rows, client_names=ids[starts].tolist())
+    names, inverse = _unique_ids(ids)
+    # Stable, so each client keeps its rows in input order; a radix sort for
+    # up to 2**16 clients (the inverse then fits in 16 bits).
+    small = np.uint16 if len(names) <= 2**16 else np.intp
+    order = np.argsort(inverse.astype(small, copy=False), kind="stable")
     counts = np.bincount(inverse, minlength=len(names))
     rows = np.split(order, np.cumsum(counts)[:-1])
     return Federation(X, rows, client_names=names.tolist())
+
+
+def _unique_ids(ids):
+    """``np.unique(ids, return_inverse=True)``, without a sort for integer ids of a narrow range."""
+    if ids.dtype.kind in "iu" and len(ids):
+        low, high = int(ids.min()), int(ids.max())
+        wide = np.iinfo(np.intp)
+        if high - low < max(len(ids), 2**16) and wide.min <= low and high <= wide.max:
+            # In intp before the subtraction: an int8 id minus the least wraps.
+            offsets = ids.astype(np.intp) - low
+            present = np.bincount(offsets, minlength=high - low + 1) > 0
+            names = (np.flatnonzero(present) + low).astype(ids.dtype)
+            return names, (np.cumsum(present) - 1)[offsets]
+    names, inverse = np.unique(ids, return_inverse=True)
+    return names, inverse.reshape(-1)
 
 
 def build_federation(estimator, X, y, client_ids, random_state):
@@ -471,7 +499,7 @@ def build_federation(estimator, X, y, client_ids, random_state):
         )
     _check_client_sizes(estimator, federation)
     # Each client can check its own rows; the pooled check is the same bound.
-    check_magnitude(federation.X)
+    check_magnitude(federation.X if federation.blocks is None else federation.blocks)
     federation.spawn_seeds(random_state)
     return federation
 
@@ -485,14 +513,20 @@ MIN_SPREAD = 1e-150
 def check_magnitude(X):
     """Refuse data whose squared distances float64 cannot represent.
 
+    ``X`` is the pooled rows, or a list of the clients' blocks.
+
     Translation does not matter (every distance is computed relative to a
     reference point), so the bound is on the spread of the data: its largest
     deviation from the per-feature midrange must lie between ``MIN_SPREAD`` and
     ``MAX_MAGNITUDE`` (or be exactly zero: identical rows).
     """
-    if X.size == 0:
+    blocks = [block for block in (X if isinstance(X, list) else [X]) if block.size]
+    if not blocks:
         return
-    low, high = X.min(axis=0), X.max(axis=0)
+    # One pass per block for both extremes; the pooled ones are theirs.
+    extremes = [column_extremes_and_sums(block)[:2] for block in blocks]
+    low = np.min([e[0] for e in extremes], axis=0)
+    high = np.max([e[1] for e in extremes], axis=0)
     spread = float(np.max(high / 2.0 - low / 2.0)) * 2.0
     if spread > MAX_MAGNITUDE:
         raise ValueError(

@@ -759,10 +759,13 @@ class InProcessRuntime(Runtime):
         # Each client's block is cut out of the pooled rows once: a protocol of
         # many rounds (Lloyd iterations) would otherwise copy every client's
         # rows at every step. Read-only, so no step can change what a later
-        # step of the same client sees.
+        # step of the same client sees. A contiguous block is a view of the
+        # caller's rows (a client array, or a run of pooled rows), never a copy;
+        # a view of its own, so that marking it read-only leaves the caller's
+        # array as it was.
         block = self._data_blocks.get(c)
         if block is None:
-            block = np.ascontiguousarray(self._federation.client_data(c))
+            block = np.ascontiguousarray(self._federation.client_data(c)).view()
             block.flags.writeable = False
             self._data_blocks[c] = block
         return block

@@ -26,7 +26,6 @@ from ..federation._inputs import float32_input, input_form
 from ..node._accounting import MAX_EPSILON
 from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..secure import SumChannel
-from ..secure._moments import moments_centered, moments_deviations, moments_raw, moments_rows
 from ..secure._sampling import (
     TAG_COMMITS,
     TAG_REVEALS,
@@ -55,7 +54,10 @@ from ._fedkmeans_steps import (
     TAG_FARTHEST_PICK,
     TAG_RELOCATE,
     fedkmeans_callable_local_centers,
+    fedkmeans_centered_moments,
     fedkmeans_cluster_inertia,
+    fedkmeans_column_sums,
+    fedkmeans_deviation_extremes,
     fedkmeans_far_rows,
     fedkmeans_farthest_rows,
     fedkmeans_final_labels,
@@ -63,6 +65,7 @@ from ._fedkmeans_steps import (
     fedkmeans_largest_distances,
     fedkmeans_lloyd_statistics,
     fedkmeans_nearest_distances,
+    fedkmeans_row_extremes,
     fedkmeans_score_inertia,
 )
 from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
@@ -663,33 +666,54 @@ class FederatedKMeans(
     def _max_size(self, runtime, clients):
         return float(np.max(np.asarray(runtime.client_sizes)[clients]))
 
+    def _needs_variance(self):
+        """Whether the fit reads the pooled mean and variance: for ``tol`` or a drawn start.
+
+        As KMeans, which computes no variance for ``tol=0``.
+        """
+        return self.tol > 0 or (
+            isinstance(self.init, str) and self.init in ("random", "sphere-packing")
+        )
+
     def _moments(self, runtime, adder, clients):
-        """Mean, per-feature variance and deviation bound of the pooled rows (secure sums)."""
+        """Mean, per-feature variance and deviation bound of the pooled rows (secure sums).
+
+        Each client reads its rows once, for its per-column extremes and sums
+        (kept for the Lloyd pass): the bound agreements need only the extremes
+        (those of the deviations from a mean are the extremes' deviations),
+        and the centred moments a second pass, only when the fit reads the
+        variance. Without it, the mean and variance are ``None``.
+        """
         n_c = self._max_size(runtime, clients)
-        raw = adder.bound(moments_rows, tag="bound on the rows", clients=clients)
+        raw = adder.bound(fedkmeans_row_extremes, tag="bound on the rows", clients=clients)
         bounds = None if raw is None else [_MARGIN * n_c * raw, None]
         (sums, count), survivors = adder.sum(
-            moments_raw, tag="sums and counts", bounds=bounds, clients=clients
+            fedkmeans_column_sums, tag="sums and counts", bounds=bounds, clients=clients
         )
         self._check_survivors("sums and counts", clients, survivors)
         n = int(count[0])
         rough = sums / n
         spread = adder.bound(
-            moments_deviations, tag="bound on the deviations", clients=survivors, mean=rough
+            fedkmeans_deviation_extremes,
+            tag="bound on the deviations",
+            clients=survivors,
+            mean=rough,
         )
         # One bound per feature: a feature 1e12 times narrower than another
         # keeps its digits in the fixed-point sums (one bound for all would
         # round its centers to a step set by the widest feature).
         spread = adder.column_bounds(
-            moments_deviations,
+            fedkmeans_deviation_extremes,
             tag="bounds on the deviations per feature",
             bound=spread,
             clients=survivors,
             mean=rough,
         )
+        if not self._needs_variance():
+            return None, None, rough, spread, survivors
         bounds = None if spread is None else [_MARGIN * n_c * spread, _MARGIN * n_c * spread**2]
         (first, second), survivors2 = adder.sum(
-            moments_centered,
+            fedkmeans_centered_moments,
             tag="centered moments",
             bounds=bounds,
             clients=survivors,
@@ -1083,7 +1107,7 @@ class FederatedKMeans(
         runtime.stage("client step: secure moments of the pooled rows")
         mean, variance, rough, spread, active = self._moments(runtime, adder, everyone)
         # scikit-learn's tolerance: tol times the mean per-feature variance.
-        tol = float(np.mean(variance)) * self.tol
+        tol = 0.0 if variance is None else float(np.mean(variance)) * self.tol
         starts = self._initial_centers(runtime, adder, active, mean, variance, random_state)
         self._agree_sampling(runtime, active, self.max_iter * len(starts))
         best = None

@@ -25,6 +25,7 @@ from ..federation import (
     summand,
     summary,
 )
+from ..federation._column_stats import centered_column_moments, column_extremes_and_sums
 from ..node._declarations import coordinator_centers, dp_release
 from ..node._dp import (
     charge_node,
@@ -35,7 +36,7 @@ from ..node._dp import (
 )
 from ..secure._sampling import check_sampled
 from ._centroid_steps import cluster_means
-from ._lloyd_pass import lloyd_pass
+from ._lloyd_pass import labelled_inertia, lloyd_pass
 
 TAG_CENTERS = "centers"
 TAG_RELOCATE = "relocation request"
@@ -46,6 +47,8 @@ _LABELS = "fedkmeans: labels"
 _FARTHEST = "fedkmeans: farthest rows"
 #: Key of a client's per-column least and greatest values (its own, kept).
 _COLUMN_RANGE = "fedkmeans: column range"
+#: Key of a client's column sums, from the same pass as its column range.
+_COLUMN_SUMS = "fedkmeans: column sums"
 #: Key of the centers a client labelled its rows by in its last Lloyd iteration.
 _LABELLED_BY = "fedkmeans: centers of the labels"
 
@@ -71,6 +74,77 @@ def fedkmeans_callable_local_centers(data, inbox, state, party, *, init, n_clust
     return Reply(send=(centers, sizes, np.int64(0)))
 
 
+def _column_summary(data, state):
+    """The client's per-column least and greatest values and sums, and what it keeps of them.
+
+    One pass over its rows, the first time a step asks (the bounds of the
+    moments, the column sums, the Lloyd pass's headroom test); later steps
+    read what it kept.
+    """
+    column_range, sums = state.get(_COLUMN_RANGE), state.get(_COLUMN_SUMS)
+    if column_range is None or sums is None:
+        if not data.shape[0]:
+            return None, np.zeros(data.shape[1]), {}
+        low, high, sums = column_extremes_and_sums(data)
+        column_range = (low, high)
+    return column_range, sums, {_COLUMN_RANGE: column_range, _COLUMN_SUMS: sums}
+
+
+def _one_mean(mean, width):
+    # One row of the node's width: a mean per row would let the coordinator
+    # shift each row apart and read it off the bound.
+    mean = np.asarray(mean, dtype=np.float64)
+    if mean.shape != (width,):
+        raise PermissionError(
+            f"the public mean has shape {mean.shape}; this node takes one mean of its "
+            f"{width} features, shape ({width},)"
+        )
+    return mean
+
+
+@bound_only
+def fedkmeans_row_extremes(data, inbox, state, party):
+    """Client step for bound agreement: per column, the least and the greatest value of the rows.
+
+    Their largest ``|x|`` (all a bound agreement reads) is that of the rows,
+    per column too, from one pass the client keeps for its later steps.
+    """
+    column_range, _, keep = _column_summary(data, state)
+    if column_range is None:
+        return Reply(send=np.zeros((0, data.shape[1])))
+    return Reply(send=np.stack(column_range), keep=keep)
+
+
+@summand
+def fedkmeans_column_sums(data, inbox, state, party):
+    """Client step: column sums and the number of rows (a rough mean of the pooled rows)."""
+    _, sums, keep = _column_summary(data, state)
+    return Reply(send=(sums, np.array([data.shape[0]], dtype=np.int64)), keep=keep)
+
+
+@bound_only
+def fedkmeans_deviation_extremes(data, inbox, state, party, *, mean):
+    """Client step for bound agreement: per column, the extreme deviations from the public ``mean``.
+
+    Rounding keeps order (``x <= y`` gives ``x - m <= y - m`` in floating
+    point), so the largest ``|x - m|`` of a column is that of its least or
+    greatest value: the same bound as the rows' deviations, without a pass
+    over them.
+    """
+    mean = _one_mean(mean, data.shape[1])
+    column_range, _, keep = _column_summary(data, state)
+    if column_range is None:
+        return Reply(send=np.zeros((0, data.shape[1])))
+    low, high = column_range
+    return Reply(send=np.stack([high - mean, low - mean]), keep=keep)
+
+
+@summand
+def fedkmeans_centered_moments(data, inbox, state, party, *, mean):
+    """Client step: per column, the sums of the deviations from ``mean`` and of their squares."""
+    return Reply(send=centered_column_moments(data, _one_mean(mean, data.shape[1])))
+
+
 @coordinator_centers
 @summand
 def fedkmeans_lloyd_statistics(data, inbox, state, party):
@@ -85,9 +159,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     iteration that left a cluster empty.
     """
     sampled = check_sampled(inbox, state, party)
-    column_range = state.get(_COLUMN_RANGE)
-    if column_range is None and data.shape[0]:
-        column_range = (data.min(axis=0), data.max(axis=0))
+    column_range, _, kept = _column_summary(data, state)
     centers = np.asarray(inbox[TAG_CENTERS], dtype=np.float64)
     labels, sums, counts, _, changed = lloyd_pass(
         data,
@@ -99,7 +171,7 @@ def fedkmeans_lloyd_statistics(data, inbox, state, party):
     )
     return Reply(
         send=(sums, counts, np.array([changed], dtype=np.int64)),
-        keep={_LABELS: labels, _COLUMN_RANGE: column_range, _LABELLED_BY: centers, **sampled},
+        keep={_LABELS: labels, _LABELLED_BY: centers, **kept, **sampled},
         # In the clear, a center the server placed to catch one row gives it
         # that row back: the node's policy searches the means for its rows.
         reveals=lambda: cluster_means(inbox[TAG_CENTERS], sums, counts),
@@ -213,10 +285,10 @@ def fedkmeans_inertia(data, inbox, state, party, *, output):
     With ``output`` the client also hands its user the labels of its rows
     (the final labelling of the fit).
     """
-    centers = np.asarray(inbox[TAG_CENTERS])
+    centers = np.asarray(inbox[TAG_CENTERS], dtype=np.float64)
+    # nearest_center, as predict: labels_ and predict agree on the training rows.
     labels = nearest_center(data, centers)
-    deviations = data - centers[labels]
-    inertia = np.array([np.einsum("ij,ij->", deviations, deviations)])
+    inertia = np.array([labelled_inertia(data, centers, labels)])
     return Reply(send=inertia, output={"labels": labels} if output else None)
 
 
