@@ -890,7 +890,7 @@ def test_the_fit_sums_centered_moments_only_for_tol_or_a_drawn_start():
 
     def secure_sums(**params):
         with recording_runtime() as runtimes:
-            FederatedKMeans(5, max_iter=1, random_state=0, **params).fit(np.array_split(X, 3))
+            SeesTotalsKMeans(5, max_iter=1, random_state=0, **params).fit(np.array_split(X, 3))
         return sum(entry[3] == "secure_sum_upload_step" for entry in runtimes[0].trace)
 
     init = X[:5].copy()

@@ -433,12 +433,16 @@ class FederatedKMeans(
 
     Notes
     -----
-    **What the server learns.** With secure aggregation: per iteration the
+    **What the server learns.** With ``coordinator="blind"`` (the default up
+    to 50 clients): the final centers, the cluster sizes, ``n_iter_`` and the
+    inertia, and when each round ends (:ref:`fedkmeans_blind`). With
+    ``coordinator="sees-totals"`` and secure aggregation: per iteration the
     number of rows of every cluster, the sum of their deviations from the
     center, and how many rows changed cluster, all totals over the clients
     (in an iteration that left a cluster empty, also the clusters' sums of
-    squared distances); once per fit the pooled mean and per-feature
-    variance, and two histograms of binary exponents (how many clients have
+    squared distances); once per fit the pooled mean, the per-feature
+    variance where the fit reads it (``tol > 0``, or a ``"random"`` or
+    ``"sphere-packing"`` start), and two histograms of binary exponents (how many clients have
     their largest value, and their largest deviation from the mean, in each
     power-of-two range) that fix the public bounds of the fixed-point sums.
     The centers are means of clusters: a cluster of one row has that row as
