@@ -72,7 +72,7 @@ from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_km
 
 #: The most clients ``coordinator="auto"`` runs blind: every node receives every
 #: other node's upload each iteration, so a node's cost grows with the federation;
-#: at 50 clients (k=8, d=64) a node spends 2.5x the CPU and 57x the bytes of the
+#: at 50 clients (k=8, d=64) a node spends 2.5x the CPU and 59x the bytes of the
 #: mode where the coordinator adds the sums (``benchmarks/results/fedkmeans_blind.md``).
 BLIND_MAX_CLIENTS = 50
 
