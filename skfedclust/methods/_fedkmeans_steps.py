@@ -34,6 +34,7 @@ from ..node._dp import (
     project_into_box,
     public_box,
 )
+from ..secure._moments import _one_mean
 from ..secure._sampling import check_sampled
 from ._centroid_steps import cluster_means
 from ._lloyd_pass import labelled_inertia, lloyd_pass
@@ -88,18 +89,6 @@ def _column_summary(data, state):
         low, high, sums = column_extremes_and_sums(data)
         column_range = (low, high)
     return column_range, sums, {_COLUMN_RANGE: column_range, _COLUMN_SUMS: sums}
-
-
-def _one_mean(mean, width):
-    # One row of the node's width: a mean per row would let the coordinator
-    # shift each row apart and read it off the bound.
-    mean = np.asarray(mean, dtype=np.float64)
-    if mean.shape != (width,):
-        raise PermissionError(
-            f"the public mean has shape {mean.shape}; this node takes one mean of its "
-            f"{width} features, shape ({width},)"
-        )
-    return mean
 
 
 @bound_only
