@@ -164,6 +164,9 @@ def _kib(value):
     return f"{value / 1024:.1f}"
 
 
+TITLE = "FederatedKMeans from 10 to 10,000 clients"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS))
@@ -180,6 +183,7 @@ def main(argv=None):
     )
     parser.add_argument("--table-only", action="store_true", help="render the stored sizes")
     parser.add_argument("--note", default="", help="a sentence on the conditions of the run")
+    parser.add_argument("--title", default=TITLE, help="the page's title (one per page)")
     args = parser.parse_args(argv)
     if args.cell:
         run_cell(*args.cell)
@@ -257,7 +261,7 @@ def main(argv=None):
             markdown_table(header, rows),
         ]
     )
-    write_result(args.out, "FederatedKMeans from 10 to 10,000 clients", body)
+    write_result(args.out, args.title, body)
 
 
 if __name__ == "__main__":
