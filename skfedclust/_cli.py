@@ -46,7 +46,7 @@ STARTS = {
     "FedSpectralClustering": (
         "a random dictionary around the clients' mean; k-means on the spectral embedding"
     ),
-    "FederatedFuzzyCMeans": lambda est: _ffcm_start(est.get_params()["init"]),
+    "FederatedFuzzyCMeans": lambda est: _ffcm_start(**est.get_params()),
     "FederatedKMeans": (
         "init='auto': local k-means on every client, weighted k-means++ (10 restarts) "
         "on the local centers, run by the nodes (coordinator blind: the start stays on them)"
@@ -67,12 +67,17 @@ STARTS = {
 }
 
 
-def _ffcm_start(init):
+def _ffcm_start(init, coordinator="auto", **_):
     if isinstance(init, str) and init.startswith("k-means++"):
         return "k-means++ seeding by one randomly chosen client on its rows"
-    if isinstance(init, str):
+    if isinstance(init, str) and coordinator == "sees-totals":
         return (
             "local k-means on every client (means, no row), weighted k-means on them by the server"
+        )
+    if isinstance(init, str):
+        return (
+            "local k-means on every client (means, no row), weighted k-means on them, run by "
+            "the nodes (coordinator blind: the start stays on them)"
         )
     return "the given centers"
 

@@ -194,4 +194,8 @@ def test_the_fuzzy_c_means_start_follows_its_init():
     assert "k-means++" in seeded and "its rows" in seeded
     given = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans(init=np.zeros((2, 2))))
     assert given == "the given centers"
+    nodes = _cli.describe_start("FederatedFuzzyCMeans", FederatedFuzzyCMeans())
+    assert "run by the nodes" in nodes and "local k-means" in nodes
+    server = FederatedFuzzyCMeans(coordinator="sees-totals")
+    assert "by the server" in _cli.describe_start("FederatedFuzzyCMeans", server)
     assert _cli.describe_start("NotAMethod", None) is None

@@ -50,8 +50,12 @@ def _reference_fcm(X, centers, m, n_steps):
 
 
 @pytest.mark.parametrize("fuzzifier", [2.0, 1.5])
-@pytest.mark.parametrize("secure", [False, True], ids=["clear", "secure"])
-def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier, secure):
+@pytest.mark.parametrize(
+    "secure, coordinator",
+    [(False, "sees-totals"), (True, "sees-totals"), (True, "blind")],
+    ids=["clear", "secure", "blind"],
+)
+def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier, secure, coordinator):
     X, _ = make_blobs(300, centers=4, cluster_std=2.0, random_state=0)
     init = X[[0, 50, 100, 150]] + 0.1
     client_ids = np.r_[np.zeros(40), np.ones(200), np.full(60, 2)]  # unequal clients
@@ -65,17 +69,29 @@ def test_ffcm_v1_one_local_iteration_equals_centralized_fcm(fuzzifier, secure):
         n_local_iter=1,
         init=init,
         secure_aggregation=secure,
+        coordinator=coordinator,
     ).fit(X, client_ids=client_ids)
     expected = _reference_fcm(X, init, fuzzifier, 5)
     np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-10, atol=1e-10)
+    assert est.coordinator_ == coordinator
+    np.testing.assert_array_equal(est.labels_, np.argmin(cdist(X, expected), axis=1))
+    assert (est.local_centers_ is None) == secure
+    if coordinator == "blind":
+        # Two set-up rounds among the nodes, one round per FCM step, one for
+        # the final labels' statistics and one for the result, which carries
+        # the inertia of the nearest-center labels.
+        assert est.communication_["rounds"] == 5 + 2
+        assert est.communication_["setup_rounds"] == 2
+        np.testing.assert_allclose(
+            est.inertia_, (cdist(X, expected).min(axis=1) ** 2).sum(), rtol=1e-10
+        )
+        return
     # Given initial centers need no seeding exchange: one round per FCM step
     # in the clear; by secure sums a bound on the rows, then two exchanges per
     # step, after a set-up round. The inertia's sums are evaluation rounds.
     assert est.communication_["rounds"] == (2 + 2 * 5 if secure else 5)
     assert est.communication_["setup_rounds"] == int(secure)
-    assert (est.local_centers_ is None) == secure
     assert not hasattr(est, "inertia_")
-    np.testing.assert_array_equal(est.labels_, np.argmin(cdist(X, expected), axis=1))
 
 
 def test_ffcm_kmeanspp_init_adds_one_seeding_round():
@@ -189,7 +205,11 @@ def _on_nodes_refusing_raw_rows(estimator, clients):
     """Fit on parties whose policy refuses raw rows (a deployed node's default) but counts
     no vector (so that small clients' rounds pass); the runtime, with what it received."""
     RecordingRuntime.instances = []
-    policy = NodePolicy(min_rows_per_vector=None, privacy_ledger=False)
+    policy = NodePolicy(
+        min_rows_per_vector=None,
+        privacy_ledger=False,
+        allow_coordinator_centers=("FederatedFuzzyCMeans",),
+    )
     with use_runtime(functools.partial(RecordingRuntime, policy=policy)):
         estimator.fit(clients)
     return RecordingRuntime.instances[-1]
@@ -201,9 +221,9 @@ def test_ffcm_local_centers_start_sends_summaries_of_two_rows_or_more():
     # Clients of 150, 40, 7 and 1 rows; 6 clusters.
     clients = [X[:150], X[150:190], X[190:197], X[197:198]]
     k, T = 6, 2
-    # v1 by secure sums (the default): the local center of the client of one
-    # row would be its row in the clear.
-    est = FederatedFuzzyCMeans(k, n_rounds=T, random_state=0)
+    # v1 by secure sums, the coordinator starting it: the local center of the
+    # client of one row would be its row in the clear.
+    est = FederatedFuzzyCMeans(k, n_rounds=T, random_state=0, coordinator="sees-totals")
     runtime = _on_nodes_refusing_raw_rows(est, clients)
     start = runtime.received[0]
     assert start.tag == "local k-means centers"
@@ -229,7 +249,7 @@ def test_ffcm_local_centers_never_send_a_mean_that_is_a_row():
     triple = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
     client = np.vstack([triple + [10.0 * i, 0.0] for i in range(3)])
     X, _, _ = _separated_blobs()
-    est = FederatedFuzzyCMeans(3, n_rounds=1, random_state=0)
+    est = FederatedFuzzyCMeans(3, n_rounds=1, random_state=0, coordinator="sees-totals")
     runtime = _on_nodes_refusing_raw_rows(est, [client, X[:300], X[300:600]])
     # Its local k-means finds the three triples: it sends nothing.
     assert 0 not in runtime.received[0] and sorted(runtime.received[0]) == [1, 2]
@@ -239,9 +259,12 @@ def test_ffcm_local_centers_need_two_rows_per_cluster_on_nodes():
     X, _, _ = _separated_blobs()
     tiny = [X[:3], X[3:6], X[6:10]]
     with pytest.raises(ValueError, match="fewer than n_clusters=6: each local center"):
+        _on_nodes_refusing_raw_rows(FederatedFuzzyCMeans(6, coordinator="sees-totals"), tiny)
+    # The nodes of a blind fit find it out themselves.
+    with pytest.raises(ValueError, match="shared 4 local centers .*fewer than n_clusters=6"):
         _on_nodes_refusing_raw_rows(FederatedFuzzyCMeans(6), tiny)
     # Simulated parties (the user holds every row) may send clusters of one row.
-    assert FederatedFuzzyCMeans(6, random_state=0).fit(tiny).initial_centers_.shape == (6, 2)
+    assert FederatedFuzzyCMeans(6, random_state=0).fit(tiny).cluster_centers_.shape == (6, 2)
 
 
 def test_small_clusters_take_the_nearest_rows_of_larger_ones():
@@ -297,7 +320,8 @@ def test_ffcm_large_offset_changes_no_label(params):
     X, _, _ = _separated_blobs()
     X = X[::4]
     clients = [X[:150], X[150:400], X[400:]]
-    kw = dict(n_rounds=5, random_state=0, **params)
+    # The start the coordinator computes (it publishes initial_centers_).
+    kw = dict(n_rounds=5, random_state=0, coordinator="sees-totals", **params)
     ref = FederatedFuzzyCMeans(6, **kw).fit(clients)
     shifted = FederatedFuzzyCMeans(6, **kw).fit([c + 1.7e9 for c in clients])
     assert adjusted_rand_score(ref.labels_, shifted.labels_) == 1.0

@@ -340,7 +340,12 @@ ESTIMATORS = {
     "FeCA": lambda: FeCA(n_clusters=4, random_state=1),
     "FeCA-lloyd": lambda: FeCA(n_clusters=4, final_lloyd_step=True, random_state=2),
     "MAvg": lambda: MAvg(n_clusters=4, random_state=3),
-    "FFCM": lambda: FederatedFuzzyCMeans(n_clusters=4, random_state=4),
+    # The coordinator's v1 rounds (the blind default's start is the nodes' draw).
+    "FFCM": lambda: FederatedFuzzyCMeans(n_clusters=4, coordinator="sees-totals", random_state=4),
+    # v1 on the nodes from an array start: the same rounds as in process.
+    "FFCM-blind": lambda: FederatedFuzzyCMeans(
+        n_clusters=4, init=np.vstack(_clients())[:4] + 0.1, coordinator="blind", random_state=4
+    ),
     "Kumar": lambda: KumarFederatedKMeans(n_clusters=4, random_state=5),
     "GOLD": lambda: GOLDClustering(n_clusters=4, random_state=6),
     # The coordinator's Lloyd (the blind default's own start is the nodes' draw:
@@ -366,14 +371,14 @@ ESTIMATORS = {
 
 #: Centers the coordinator chose (its Lloyd, an array start) run where the
 #: operator allows them.
-COORDINATOR_CENTERS = {"allow-coordinator-centers": "FederatedKMeans"}
+COORDINATOR_CENTERS = {"allow-coordinator-centers": "FederatedKMeans,FederatedFuzzyCMeans"}
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_flower_fit_is_the_in_process_fit(name):
     clients = _clients()
     reference = ESTIMATORS[name]().fit(clients)
-    config = COORDINATOR_CENTERS if name.startswith("FederatedKMeans") else None
+    config = COORDINATOR_CENTERS if name.startswith(("FederatedKMeans", "FFCM")) else None
     estimator, memory, _ = _local_fit(ESTIMATORS[name](), clients, node_config=config)
     np.testing.assert_array_equal(estimator.cluster_centers_, reference.cluster_centers_)
     _assert_same_communication(estimator.communication_, reference.communication_)
@@ -1430,9 +1435,10 @@ def local_deployment(tmp_path):
 #: exchanges): cut short, a micro-centroid can still sit on a row, which the
 #: nodes' refuse-raw-rows policy refuses. FederatedKMeans and FedSC run their
 #: secure sums (the nodes' default policy sends a statistic made to be added
-#: only inside one); FederatedKMeans two iterations.
+#: only inside one); FederatedKMeans two iterations, FFCM two rounds, both run
+#: by the nodes (their default: the nodes refuse the coordinator's centers).
 DEPLOYMENT_PARAMS = {
-    "ffcm": {"n_rounds": 2, "secure_aggregation": False},
+    "ffcm": {"n_rounds": 2},
     "kumar": {"n_rounds": 2},
     "gold": {"standardize": False},
     "fedsc": {"n_rounds": 2, "n_components": 3},
@@ -1913,9 +1919,9 @@ def test_a_node_refuses_to_upload_its_rows_as_fuzzy_cmeans_seeds():
         FlowerNodeError, match=r"row-release.*allow-row-release = \"FederatedFuzzyCMeans\""
     ):
         _fit_with_policy(harvest(), clients)
-    # The default start sends local centers, then the rounds of 60 clusters
-    # over 60 rows are refused.
-    with pytest.raises(FlowerNodeError, match=r"min-rows-per-vector"):
+    # The default start shares local centers among the nodes, then the result of
+    # 60 clusters over 60 rows is refused: too few rows, or clients, per cluster.
+    with pytest.raises(FlowerNodeError, match=r"min-rows-per-vector|min-sum-participants"):
         _fit_with_policy(harvest("local-centers"), clients)
     # A node that allows FFCM's release by name still refuses it when strict.
     allowed = {"allow-row-release": "FederatedFuzzyCMeans", "refuse-raw-rows": "strict"}

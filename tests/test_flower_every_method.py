@@ -141,7 +141,7 @@ def test_a_fit_through_flowers_wire_is_the_in_process_fit(method):
 #: that cancel (masks, secret-sharing noise): their fit on nodes that draw
 #: their own is the in-process fit, bit for bit.
 THE_SAME_WHATEVER_THE_NODES_DRAW = [
-    m for m in METHODS if m not in ("dc", "fedkmeans", "fedkmeans-blind")
+    m for m in METHODS if m not in ("dc", "fedkmeans", "fedkmeans-blind", "ffcm")
 ]
 #: Private seeds of the nodes other than the in-process fit's private entropy:
 #: nodes that draw their own, as deployed nodes do from the operating system.
@@ -191,11 +191,12 @@ def test_dcs_anchors_are_the_coordinators_draw_so_its_fit_differs_near_the_bound
     assert changed_rows == [1, 0]
 
 
-@pytest.mark.parametrize("method", ["fedkmeans", "fedkmeans-blind"])
-def test_a_blind_federated_kmeans_starts_from_the_nodes_nonces_so_its_numbers_may_differ(method):
+@pytest.mark.parametrize("method", ["fedkmeans", "fedkmeans-blind", "ffcm"])
+def test_a_blind_fit_starts_from_the_nodes_nonces_so_its_numbers_may_differ(method):
     """The Flower guide: the blind start is seeded by the nodes' nonces; another
     draw starts elsewhere, here the same clustering under other cluster numbers.
-    FederatedKMeans' default runs blind on these five nodes."""
+    The defaults of FederatedKMeans and FederatedFuzzyCMeans run blind on these
+    five nodes."""
     blocks = _demo_blocks(N_ORGANISATIONS)
     reference = _estimators()[method].fit(blocks)
     assert reference.coordinator_ == "blind"

@@ -27,7 +27,11 @@ ESTIMATORS = [
     KFed(3, random_state=0, compute_inertia=True),
     FeCA(3, random_state=0, compute_inertia=True),
     MAvg(3, random_state=0, compute_inertia=True),
-    FederatedFuzzyCMeans(3, n_rounds=3, random_state=0, compute_inertia=True),
+    # The coordinator's rounds (the blind fit's nodes release the inertia with the
+    # result: tests/test_ffcm_blind.py).
+    FederatedFuzzyCMeans(
+        3, n_rounds=3, random_state=0, compute_inertia=True, coordinator="sees-totals"
+    ),
     KumarFederatedKMeans(3, n_rounds=2, random_state=0, compute_inertia=True),
     GOLDClustering(3, remc_n_init=5, random_state=0, compute_inertia=True),
 ]

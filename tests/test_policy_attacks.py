@@ -157,7 +157,12 @@ def test_strict_nodes_refuse_the_steps_that_release_rows_by_design():
     # FFCM's k-means++ seeding sends rows of the seed client, as in its paper:
     # a node that allows it by name runs it, unless its policy is strict.
     paper = {"init": "k-means++-rows", "random_state": 0}
-    allowed = {"allow_row_release": ("FederatedFuzzyCMeans",)}
+    # The paper's start runs with the coordinator moving the centers, which
+    # the operator allows too.
+    allowed = {
+        "allow_row_release": ("FederatedFuzzyCMeans",),
+        "allow_coordinator_centers": ("FederatedFuzzyCMeans",),
+    }
     with deployed(**allowed):
         FederatedFuzzyCMeans(3, **paper).fit(clients)
     with (
@@ -228,13 +233,23 @@ def test_ffcm_seeds_as_many_as_a_nodes_rows_hand_over_no_row_by_default():
     assert 'allow-row-release = "FederatedFuzzyCMeans"' in str(refusal.value)
     runtime = RecordingRuntime.instances[-1]
     assert not runtime.received and not runtime.ledger.messages
-    # The default start sends each node's local k-means centers, each the mean
-    # of two or more of its rows: no row reaches the server, and the rounds of
-    # six clusters over six rows are refused by min-rows-per-vector.
+    # The default start: each node's local k-means centers, each the mean of
+    # two or more of its rows, go to its peers only (the blind fit); the
+    # coordinator gets a status byte per round, and the result of six
+    # clusters over 24 rows is refused by min-rows-per-vector.
     default = FederatedFuzzyCMeans(6, random_state=0)
     with pytest.raises(PermissionError, match="min-rows-per-vector") as refusal:
         _recorded_fit(default, clients)
     assert refusal.value.rule == "min-rows-per-vector"
+    runtime = RecordingRuntime.instances[-1]
+    assert runtime.received[0].tag == "blind set-up"
+    assert all(np.asarray(m).shape == () for r in runtime.received for m in r.list())
+    assert _rows_received(runtime, clients) == []
+    # Where the coordinator starts it, the server receives the local centers: at
+    # most three of six rows each.
+    default.set_params(coordinator="sees-totals")
+    with pytest.raises(PermissionError, match="coordinator-centers"):
+        _recorded_fit(default, clients)
     runtime = RecordingRuntime.instances[-1]
     start = runtime.received[0]
     assert start.tag == "local k-means centers" and len(start) == 4
@@ -247,7 +262,12 @@ def test_the_papers_start_runs_where_the_node_allows_ffcm_by_name():
     paper = FederatedFuzzyCMeans(3, init="k-means++-rows", random_state=0)
     with pytest.raises(PermissionError, match="row-release"):
         _recorded_fit(paper, clients, allow_row_release=("KFed", "DCClustering"))
-    runtime = _recorded_fit(paper, clients, allow_row_release=("FederatedFuzzyCMeans",))
+    runtime = _recorded_fit(
+        paper,
+        clients,
+        allow_row_release=("FederatedFuzzyCMeans",),
+        allow_coordinator_centers=("FederatedFuzzyCMeans",),
+    )
     # It is the paper's release: the seeds the server received are rows of a node.
     seeds = runtime.received[0]
     assert seeds.tag == "initial centers"

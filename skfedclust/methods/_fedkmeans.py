@@ -37,14 +37,7 @@ from ..secure._sampling import (
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
 from ._fedkmeans_blind import (
-    TAG_RESULT,
-    TAG_REVEAL,
-    TAG_ROUND,
-    TAG_SETUP,
-    blind_iteration_step,
-    blind_release_step,
-    blind_reveal_step,
-    blind_setup_step,
+    run_blind_fit,
 )
 from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
@@ -325,7 +318,7 @@ class FederatedKMeans(
         clear sums or the farthest-row relocation. ``"sees-totals"``: the
         coordinator sends the centers every iteration and learns the totals
         of the secure sums (a deployed node refuses it unless its operator
-        allows it: ``allow-coordinator-totals``). ``"auto"``: ``"blind"``
+        allows it: ``allow-coordinator-centers``). ``"auto"``: ``"blind"``
         where it runs (the options above, and from 3 to
         ``BLIND_MAX_CLIENTS`` = 50 clients: every node receives every
         other node's upload, so its cost per node grows with the federation;
@@ -1017,44 +1010,16 @@ class FederatedKMeans(
         # Every node adds every other's upload: min_clients holds when it is a
         # number of clients the federation has.
         self._check_min_clients(runtime)
-        clients = list(range(runtime.n_clients))
         init = None if isinstance(self.init, str) else self._array_init(runtime)
-        runtime.stage("client step: blind k-means set-up (pair seeds, local centers, to peers)")
-        runtime.run(
-            blind_setup_step,
-            tag=TAG_SETUP,
-            setup=True,
-            clients=clients,
+        centers, sizes, n_iter, inertia = run_blind_fit(
+            runtime,
             n_clusters=self.n_clusters,
             n_init=1 if init is not None else self.n_init,
             max_iter=self.max_iter,
             tol=float(self.tol),
-            participants=clients,
             init=init,
+            error=FederatedKMeansError,
         )
-        runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
-        # At most three rounds an iteration (Lloyd's, and the clusters' inertia and
-        # far rows where one went empty), and the final upload.
-        for _ in range(3 * self.max_iter + 1):
-            runtime.stage("client step: a blind Lloyd iteration on the nodes")
-            final = [bool(s) for s in runtime.run(blind_iteration_step, tag=TAG_ROUND).list()]
-            if any(final) != all(final):
-                raise FederatedKMeansError(
-                    f"the nodes disagree on the end of the fit ({final}): a node saw "
-                    "other totals than the others"
-                )
-            if all(final):
-                break
-        runtime.stage("client step: the blind fit's result, from every node")
-        results = runtime.run(blind_release_step, tag=TAG_RESULT, clients=clients).list()
-        runtime.stage("server step: the nodes' results must agree")
-        first = results[0]
-        for other in results[1:]:
-            if not all(np.array_equal(a, b) for a, b in zip(first, other)):
-                raise FederatedKMeansError(
-                    "the nodes released different results: one of them saw other totals"
-                )
-        centers, sizes, n_iter, inertia = first
         self.init_centers_ = None if init is None else np.array(init, dtype=np.float64)
         self.cluster_centers_ = np.asarray(centers, dtype=np.float64)
         self.n_iter_ = int(np.asarray(n_iter)[0])

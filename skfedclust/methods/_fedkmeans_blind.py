@@ -2,7 +2,11 @@
 
 Lloyd's server step is a deterministic function of sums: the next centers
 are the per-cluster means, the convergence test compares counts and shifts.
-So the nodes run it themselves. Every iteration each node sends its
+So the nodes run it themselves. So is fuzzy c-means' v1 aggregation
+(Stallmann and Wilbik, 2022): the next centers are the global centers moved
+by the total mass-weighted moves of the clients' local centers, divided by
+the total masses; the same protocol runs it (``algorithm="fuzzy c-means
+v1"``: one round per FFCM round, a fixed number of them). Every iteration each node sends its
 per-cluster statistics, under pairwise masks, to every other node as sealed
 peer messages (the coordinator relays ciphertext it cannot read or forge on
 Flower); each node adds every upload, the masks cancel, and it computes the
@@ -52,7 +56,7 @@ from ..node._refusal import NodeRefusal
 from ..node._sum_guard import value_keys
 from ..secure._secure_sum import keystream
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
-from ._ffcm import ffcm_local_centers
+from ._ffcm import ffcm_local_centers, fuzzy_local_update
 from ._kfed import weighted_kmeans_on_centers
 from ._lloyd_pass import lloyd_pass
 
@@ -66,6 +70,10 @@ _STATE = "blind k-means: state"
 _LEAST_EXPONENT = -1000
 #: The restarts of the weighted k-means++ every node runs on the local centers.
 START_RESTARTS = 10
+#: The server steps the nodes can run: Lloyd's, and fuzzy c-means' v1 aggregation.
+KMEANS, FUZZY_V1 = "k-means", "fuzzy c-means v1"
+#: Iterations of the weighted k-means of a fuzzy fit's start (FFCM has no max_iter).
+_FUZZY_START_MAX_ITER = 300
 
 
 # --------------------------------------------------------------------------- #
@@ -211,7 +219,7 @@ class _Run:
 
     __slots__ = ("centers", "labels", "n_iter", "done", "strict", "phase", "pending", "backing")
 
-    def __init__(self, centers):
+    def __init__(self, centers, phase="lloyd"):
         self.centers = np.array(centers, dtype=np.float64)
         self.labels = None
         self.n_iter = 0
@@ -219,8 +227,9 @@ class _Run:
         self.strict = False
         #: What the run uploads next: Lloyd statistics (``"lloyd"``), or, in an
         #: iteration that left a cluster empty, its clusters' inertia
-        #: (``"inertia"``) and then the donors' far rows (``"far"``).
-        self.phase = "lloyd"
+        #: (``"inertia"``) and then the donors' far rows (``"far"``); a fuzzy
+        #: c-means run always its mass-weighted moves (``"fuzzy"``).
+        self.phase = phase
         #: The iteration being finished while an empty cluster is relocated.
         self.pending = None
         #: Per cluster, the rows and the clients whose values made its center.
@@ -275,18 +284,53 @@ def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
         raise NodeRefusal("well-formed", f"tol={tol!r} is not a finite number >= 0")
 
 
+def _check_algorithm(algorithm, fuzzifier, n_local_iter, n_init):
+    """The server step the nodes run, and its own parameters, as public numbers."""
+    if algorithm == KMEANS:
+        if fuzzifier is not None or n_local_iter is not None:
+            raise NodeRefusal("well-formed", "k-means takes no fuzzifier nor local iterations")
+        return None, None
+    if algorithm != FUZZY_V1:
+        raise NodeRefusal(
+            "well-formed", f"algorithm={algorithm!r}; the nodes run {KMEANS!r} or {FUZZY_V1!r}"
+        )
+    if isinstance(fuzzifier, bool) or not (np.isfinite(float(fuzzifier)) and fuzzifier > 1):
+        raise NodeRefusal("well-formed", f"fuzzifier={fuzzifier!r} is not a finite number > 1")
+    if isinstance(n_local_iter, bool) or int(n_local_iter) != n_local_iter or n_local_iter < 1:
+        raise NodeRefusal("well-formed", f"n_local_iter={n_local_iter!r} is not an int >= 1")
+    if n_init != 1:
+        raise NodeRefusal("well-formed", f"fuzzy c-means runs one start (n_init={n_init!r})")
+    return float(fuzzifier), int(n_local_iter)
+
+
 # --------------------------------------------------------------------------- #
 # Client steps
 # --------------------------------------------------------------------------- #
 @summary
 @reads()
 def blind_setup_step(
-    data, inbox, state, party, *, n_clusters, n_init, max_iter, tol, participants, init=None
+    data,
+    inbox,
+    state,
+    party,
+    *,
+    n_clusters,
+    n_init,
+    max_iter,
+    tol,
+    participants,
+    init=None,
+    algorithm=KMEANS,
+    fuzzifier=None,
+    n_local_iter=None,
 ):
     """Round 1: pair seeds, a nonce commitment, the row count, the scale and the local centers.
 
     The parameters are fixed here, once: every later round reads none from the
-    coordinator. A pair seed is drawn from the node's private generator for
+    coordinator. ``algorithm`` names the server step the nodes run: Lloyd's
+    (``max_iter`` iterations at most, ``tol``) or fuzzy c-means' v1
+    aggregation (``max_iter`` rounds of ``n_local_iter`` local iterations
+    with ``fuzzifier``; ``tol`` 0). A pair seed is drawn from the node's private generator for
     each participant of higher index and sealed to it; the row count, the
     binary order of the node's largest absolute value (the fixed-point
     scales) and the local centers and their sizes (the k-FED start, means of
@@ -304,6 +348,7 @@ def blind_setup_step(
         )
     participants = sorted(int(p) for p in participants)
     _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
+    fuzzifier, n_local_iter = _check_algorithm(algorithm, fuzzifier, n_local_iter, n_init)
     me = party.index
     nonce = party.secret_bytes(32)
     start = None
@@ -314,8 +359,11 @@ def blind_setup_step(
         local = ffcm_local_centers(data, inbox, state, party, n_centers=n_clusters).send
         if local is not None:
             start = (np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64))
+    public = (int(n_clusters), int(n_init), int(max_iter), float(tol), participants)
+    if algorithm == FUZZY_V1:
+        public += (algorithm, fuzzifier, n_local_iter)
     parameters = _digest(
-        repr((int(n_clusters), int(n_init), int(max_iter), float(tol), participants)).encode(),
+        repr(public).encode(),
         b"" if init is None else np.asarray(init, dtype=np.float64),
     )
     common = {
@@ -349,6 +397,9 @@ def blind_setup_step(
             "n_init": int(n_init),
             "max_iter": int(max_iter),
             "tol": float(tol),
+            "algorithm": algorithm,
+            "fuzzifier": fuzzifier,
+            "n_local_iter": n_local_iter,
             "init": None if init is None else np.asarray(init, dtype=np.float64),
             "participants": participants,
             "nonce": nonce,
@@ -459,7 +510,7 @@ def _starts(kept, seed):
             n_clusters=kept["n_clusters"],
             n_init=START_RESTARTS,
             seed=int.from_bytes(_digest(seed, np.int64(r))[:4], "big") >> 1,
-            max_iter=kept["max_iter"],
+            max_iter=kept["max_iter"] if kept["algorithm"] == KMEANS else _FUZZY_START_MAX_ITER,
         )
         for r in range(kept["n_init"])
     ]
@@ -500,7 +551,7 @@ def blind_iteration_step(data, inbox, state, party):
         values, scales = _final_statistics(kept, data)
         kept["final"] = True
     else:
-        first = kept["variance"] is None
+        first = kept["round"] == 0
         values, scales = _iteration_statistics(kept, data)
         if first:
             _join_first_totals(party, kept)
@@ -543,7 +594,9 @@ def _open_start(kept, messages, me):
         "runs": [_started_run(kept, s) for s in starts],
         "round": 0,
         "final": False,
-        "variance": None,
+        # Lloyd's tol needs the pooled variance (from the first totals); fuzzy
+        # c-means runs its rounds without a convergence test.
+        "variance": None if kept["algorithm"] == KMEANS else np.zeros(kept["n_features"]),
         "reference": np.asarray(starts[0], dtype=np.float64).mean(axis=0),
         "view": _digest(kept["view"], *[nonces[p] for p in order]),
     }
@@ -557,7 +610,7 @@ def _started_run(kept, start):
     back them). A start computed from the local centers stands for the rows
     and clients of the local centers nearest each of its centers.
     """
-    run = _Run(start)
+    run = _Run(start, phase="lloyd" if kept["algorithm"] == KMEANS else "fuzzy")
     k = len(run.centers)
     if kept["init"] is not None or not kept["local"]:
         run.backing = np.tile([kept["n_rows"], len(kept["participants"])], (k, 1)).astype(float)
@@ -599,11 +652,17 @@ def _iteration_statistics(kept, data):
     """This node's upload for the active runs, each by its phase, and their scales."""
     k, d = kept["n_clusters"], data.shape[1]
     active = _active(kept)
-    first = kept["variance"] is None
+    first = kept["round"] == 0
     exponent, n_rows = kept["exponent"], kept["n_rows"]
     parts, scales = [], []
     for run in active:
-        if run.phase == "lloyd":
+        if run.phase == "fuzzy":
+            moves, masses, squares, present = _fuzzy_statistics(kept, data, run)
+            parts += [moves.ravel(), masses, squares, present]
+            if first:
+                kept.setdefault("first statistics", []).append((masses, moves))
+            scales.append(fuzzy_scales(exponent, n_rows, d, k))
+        elif run.phase == "lloyd":
             labels, sums, counts, _, changed = lloyd_pass(
                 data, run.centers, run.labels, inertia=False
             )
@@ -623,7 +682,7 @@ def _iteration_statistics(kept, data):
             far_sums, far_counts, near_counts = _far_rows(data, run)
             parts += [far_sums.ravel(), far_counts, far_counts > 0, near_counts > 0]
             scales.append(far_row_scales(exponent, n_rows, d, len(far_counts)))
-    if first:
+    if kept["variance"] is None:
         # The pooled variance (for tol) from squared deviations from a point all
         # nodes know, near the rows: the first start's mean.
         parts.append(((data - kept["reference"]) ** 2).sum(axis=0))
@@ -724,7 +783,9 @@ def _advance(kept, totals):
         length = _block_length(run, k, d)
         block = totals[offset : offset + length]
         offset += length
-        if run.phase == "lloyd":
+        if run.phase == "fuzzy":
+            _fuzzy_totals(kept, run, block, k, d)
+        elif run.phase == "lloyd":
             _lloyd_totals(kept, run, block, k, d)
         elif run.phase == "inertia":
             _inertia_totals(kept, run, block)
@@ -755,6 +816,8 @@ def _pooled_variance(kept, run, squares):
 
 
 def _block_length(run, k, d):
+    if run.phase == "fuzzy":
+        return k * d + 3 * k
     if run.phase == "lloyd":
         return k * d + 2 * k + 1
     if run.phase == "inertia":
@@ -792,6 +855,77 @@ def _lloyd_totals(kept, run, block, k, d):
     }
     if not filled.all():
         run.phase = "inertia"
+
+
+def _fuzzy_statistics(kept, data, run):
+    """A fuzzy c-means round's upload: mass-weighted moves, masses, squared weights, presence.
+
+    The moves and masses are those of ``coordinator="sees-totals"`` (their
+    totals move the centers as v1's mass-weighted average does); the sum of
+    the squared weights ``u_ij^m`` gives each center's effective number of
+    rows (Kish), and the presence flags the clients holding rows nearest
+    each center: a release backs its centers by both.
+    """
+    local, masses, weights = fuzzy_local_update(
+        data, run.centers, fuzzifier=kept["fuzzifier"], n_local_iter=kept["n_local_iter"]
+    )
+    moves = masses[:, None] * (local - run.centers)
+    squares = np.einsum("ij,ij->j", weights, weights)
+    nearest = nearest_center(data, run.centers)
+    present = np.bincount(nearest, minlength=len(run.centers)) > 0
+    return moves, masses, squares, present.astype(np.float64)
+
+
+def fuzzy_scales(exponent, n_rows, n_features, n_clusters):
+    """Scales of a fuzzy round: the moves as Lloyd's sums, the masses and squares as fractions.
+
+    A weight ``u_ij^m`` is at most 1 and a row's weights add up to at most 1,
+    so the masses and the squared weights add up to at most ``n_rows``; a
+    local center is a weighted mean of rows, so a move is below
+    ``2**(exponent + 1)`` times its mass.
+    """
+    room = 126 - int(n_rows).bit_length()
+    return np.concatenate(
+        [
+            np.full(n_clusters * n_features, room - (exponent + 1)),
+            np.full(2 * n_clusters, room),
+            np.zeros(n_clusters, dtype=np.int64),
+        ]
+    ).astype(np.int64)
+
+
+def _fuzzy_totals(kept, run, block, k, d):
+    """Move a fuzzy run by v1's rule: ``c_j + sum(w_j (c'_j - c_j)) / sum(w_j)``."""
+    moves = block[: k * d].reshape(k, d)
+    masses, squares, present = block[k * d :].reshape(3, k)
+    n_rows, participants = kept["n_rows"], len(kept["participants"])
+    # Rounding of each node's float sums and of the encoding: far below these.
+    slack = 1e-9 * n_rows
+    if (
+        np.any(masses < 0)
+        or np.any(squares < 0)
+        or np.any(squares > masses + slack)
+        or masses.sum() > n_rows + slack
+    ):
+        raise NodeRefusal("well-formed", "the clusters' fuzzy masses cannot be right")
+    if (
+        np.any(present != np.rint(present))
+        or np.any(present < 0)
+        or np.any(present > participants)
+        # Every node holding rows has a nearest center for each.
+        or present.sum() < sum(1 for rows in kept["rows"].values() if rows > 0)
+    ):
+        raise NodeRefusal("well-formed", "the clusters' client counts cannot be right")
+    filled = masses > 0
+    new = run.centers.copy()
+    new[filled] = run.centers[filled] + moves[filled] / masses[filled, None]
+    effective = np.zeros(k)
+    positive = squares > 0
+    effective[positive] = masses[positive] ** 2 / squares[positive]
+    run.centers = new
+    run.backing = np.column_stack([effective, present])
+    run.n_iter += 1
+    run.done = run.n_iter >= kept["max_iter"]
 
 
 def _inertia_totals(kept, run, inertia):
@@ -943,3 +1077,56 @@ def _check_release(policy, sizes, clients, whose="the result"):
                 f"cluster {j} of {whose} holds rows of {clients[j]:g} clients (fewer "
                 f"than min-sum-participants={members})",
             )
+
+
+# --------------------------------------------------------------------------- #
+# The coordinator's part: relay, count rounds, compare the results
+# --------------------------------------------------------------------------- #
+def run_blind_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error, **algorithm):
+    """Run a blind fit over every client of ``runtime``; the nodes' agreed result.
+
+    The coordinator fixes the parameters once, at the set-up, relays the
+    rounds and reads one byte of each node per round (whether it uploaded
+    its final statistics); then every node releases its result, and the
+    results must be the same bits (``error`` otherwise). ``algorithm``:
+    ``algorithm``, ``fuzzifier`` and ``n_local_iter`` of a fuzzy c-means fit
+    (see :func:`blind_setup_step`). Returns the centers, the sizes, the
+    number of iterations and the inertia.
+    """
+    clients = list(range(runtime.n_clients))
+    what = "fuzzy c-means" if algorithm.get("algorithm") == FUZZY_V1 else "k-means"
+    runtime.stage(f"client step: blind {what} set-up (pair seeds, local centers, to peers)")
+    runtime.run(
+        blind_setup_step,
+        tag=TAG_SETUP,
+        setup=True,
+        clients=clients,
+        n_clusters=n_clusters,
+        n_init=n_init,
+        max_iter=max_iter,
+        tol=tol,
+        participants=clients,
+        init=init,
+        **algorithm,
+    )
+    runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
+    # At most three rounds an iteration (Lloyd's, and the clusters' inertia and
+    # far rows where one went empty), and the final upload.
+    for _ in range(3 * max_iter + 1):
+        runtime.stage(f"client step: a blind {what} iteration on the nodes")
+        final = [bool(s) for s in runtime.run(blind_iteration_step, tag=TAG_ROUND).list()]
+        if any(final) != all(final):
+            raise error(
+                f"the nodes disagree on the end of the fit ({final}): a node saw "
+                "other totals than the others"
+            )
+        if all(final):
+            break
+    runtime.stage("client step: the blind fit's result, from every node")
+    results = runtime.run(blind_release_step, tag=TAG_RESULT, clients=clients).list()
+    runtime.stage("server step: the nodes' results must agree")
+    first = results[0]
+    for other in results[1:]:
+        if not all(np.array_equal(a, b) for a, b in zip(first, other)):
+            raise error("the nodes released different results: one of them saw other totals")
+    return first

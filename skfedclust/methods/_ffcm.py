@@ -22,9 +22,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..clusterers import fuzzy_memberships, local_kmeans
 from ..federation import Reply, releases_rows, summand
-from ..node._declarations import summary
+from ..node._declarations import coordinator_centers, summary
 from ..node._policy import (
     DEFAULT_MIN_ROWS_PER_VECTOR,
+    DEFAULT_MIN_SUM_PARTICIPANTS,
     DEFAULT_RAW_ROW_TOLERANCE,
     raw_row_matches,
 )
@@ -125,6 +126,7 @@ def ffcm_seed_centers(data, inbox, state, party, *, n_seeds):
     return Reply(send=data[indices])
 
 
+@coordinator_centers
 @summary
 def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
     """Client step of one FFCM round: fuzzy c-means iterations from the global centers.
@@ -132,7 +134,20 @@ def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
     Sends the local centers and the fuzzy mass ``w_j = sum_i u_ij^m`` of each
     (a center with zero mass is sent unchanged).
     """
-    local = np.array(inbox["global centers"], dtype=np.float64)
+    local, mass, _ = fuzzy_local_update(
+        data, inbox["global centers"], fuzzifier=fuzzifier, n_local_iter=n_local_iter
+    )
+    return Reply(send=(local, mass))
+
+
+def fuzzy_local_update(data, centers, *, fuzzifier, n_local_iter):
+    """``n_local_iter`` fuzzy c-means iterations from ``centers`` on a client's rows.
+
+    Returns the local centers, their fuzzy masses ``w_j = sum_i u_ij^m`` and
+    the weights ``u_ij^m`` of the last iteration (a center with zero mass
+    stays unchanged).
+    """
+    local = np.array(centers, dtype=np.float64)
     # Weighted means relative to one row: a large common offset of the data
     # costs no precision.
     origin = data[0]
@@ -143,9 +158,10 @@ def ffcm_client_update(data, inbox, state, party, *, fuzzifier, n_local_iter):
         moved = mass > 0
         local = local.copy()
         local[moved] = (um.T @ shifted)[moved] / mass[moved, None] + origin
-    return Reply(send=(local, mass))
+    return local, mass, um
 
 
+@coordinator_centers
 @summand
 def ffcm_client_moves(data, inbox, state, party, *, fuzzifier, n_local_iter):
     """Client step of a v1 round by secure sums: mass-weighted moves of the centers, and masses.
@@ -267,6 +283,26 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         a client's local centers (after a set-up round and a bound on the rows,
         each round is two exchanges). v2 needs every local center and ignores
         it.
+    coordinator : {"auto", "blind", "sees-totals"}, default="auto"
+        Who runs v1's aggregation. ``"blind"``: the nodes run it themselves,
+        as :class:`~skfedclust.FederatedKMeans` runs Lloyd's
+        (:ref:`fedkmeans_blind`): every round each node sends its
+        mass-weighted moves and masses under pairwise masks to every other
+        node (sealed peer messages), the nodes add them and move the centers
+        alike, and the coordinator receives only the result (the centers,
+        the sizes of the nearest-center clusters, ``n_iter_`` and the
+        inertia) and one status byte per round: it can neither choose the
+        centers a round answers nor see a round's totals. Two set-up rounds,
+        one round per FFCM round and one for the result. Supports
+        ``aggregation="v1"`` with secure sums, and ``init="local-centers"``
+        (the weighted k-means on the local centers runs on the nodes, which
+        share them with each other, never with the coordinator, with a seed
+        from their committed nonces) or an array. ``"sees-totals"``: the
+        coordinator sends the centers every round (a deployed node refuses
+        to answer them unless its operator allows it:
+        ``allow-coordinator-centers``). ``"auto"``: ``"blind"`` where it
+        runs (the options above, and from 3 to 50 clients, as
+        :class:`~skfedclust.FederatedKMeans`), else ``"sees-totals"``.
     init : {"local-centers", "k-means++-rows"} or array-like of shape \
             (n_clusters, n_features), default="local-centers"
         Initial centers, in an exchange of their own (one more round) or
@@ -313,15 +349,20 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Global centers after the last round.
-    initial_centers_ : ndarray of shape (n_clusters, n_features)
-        Centers the first round started from.
+    initial_centers_ : ndarray of shape (n_clusters, n_features) or None
+        Centers the first round started from; ``None`` when the nodes
+        computed the start themselves (``coordinator_ == "blind"`` with
+        ``init="local-centers"``): it never leaves them.
+    coordinator_ : {"blind", "sees-totals"}
+        The mode the fit ran (``coordinator`` with ``"auto"`` resolved).
     local_centers_ : list of ndarray or None
         Local centers each client uploaded in the last round (``None`` with
         secure v1 aggregation: the server never sees them).
     labels_ : ndarray of shape (n_samples,)
         Nearest-center label of each input row.
     inertia_ : float
-        Only with ``compute_inertia=True``.
+        Only with ``compute_inertia=True`` or ``coordinator_ == "blind"``
+        (the nodes release it with the result, at no extra round).
         Hard-assignment inertia of the final centers: the sum of squared
         distances of the training rows to their nearest center (not the
         fuzzy objective), from a secure sum at the end of the fit (the server
@@ -337,7 +378,9 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Rounds and bytes exchanged; see :class:`~skfedclust.federation.Ledger`. Rounds are
         ``n_rounds``, plus one for the start's exchange unless ``init`` is an
         array, plus four for the labels and the inertia (two secure sums) and
-        one set-up round.
+        one set-up round. With ``coordinator_ == "blind"``: ``n_rounds`` plus
+        two (the final labels' statistics, the result) after two set-up
+        rounds; what the nodes send each other is ``bytes_peer``.
     n_features_in_ : int
         Number of features seen during fit.
 
@@ -383,8 +426,12 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         "n_local_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "v2_weighted": ["boolean"],
         "secure_aggregation": ["boolean"],
+        "coordinator": [StrOptions({"auto", "blind", "sees-totals"})],
         "init": [StrOptions(set(INITS)), "array-like"],
     }
+
+    #: The coordinator-blind protocol's steps (``coordinator="blind"``).
+    _client_step_modules = ("skfedclust.methods._fedkmeans_blind",)
 
     def __init__(
         self,
@@ -396,6 +443,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         n_local_iter=1,
         v2_weighted=False,
         secure_aggregation=True,
+        coordinator="auto",
         init="local-centers",
         compute_inertia=False,
         partition=None,
@@ -410,6 +458,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.n_local_iter = n_local_iter
         self.v2_weighted = v2_weighted
         self.secure_aggregation = secure_aggregation
+        self.coordinator = coordinator
         self.init = init
         self.compute_inertia = compute_inertia
         self.partition = partition
@@ -478,6 +527,10 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         )
 
     def _run_protocol(self, runtime, random_state):
+        self.coordinator_ = self._coordinator_mode(runtime)
+        if self.coordinator_ == "blind":
+            self._run_blind(runtime)
+            return
         centers = self._initial_centers(runtime, random_state)
         self.initial_centers_ = centers
         server_seed = int(random_state.randint(np.iinfo(np.int32).max))
@@ -510,6 +563,63 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         self.cluster_centers_ = centers
         self.local_centers_ = [np.asarray(p[0]) for p in uploads.list()]
         self.n_iter_ = self.n_rounds
+
+    def _blind_unsupported(self):
+        """The options the coordinator-blind protocol does not run, by name."""
+        return {
+            "aggregation": self.aggregation != "v1",
+            "secure_aggregation": not self.secure_aggregation,
+            "init": isinstance(self.init, str) and self.init != "local-centers",
+        }
+
+    def _coordinator_mode(self, runtime):
+        """The mode this fit runs: ``coordinator``, with ``"auto"`` resolved."""
+        from ._fedkmeans import BLIND_MAX_CLIENTS
+
+        if self.coordinator != "auto":
+            return self.coordinator
+        if any(self._blind_unsupported().values()):
+            return "sees-totals"
+        if not DEFAULT_MIN_SUM_PARTICIPANTS <= runtime.n_clients <= BLIND_MAX_CLIENTS:
+            return "sees-totals"
+        return "blind"
+
+    def _run_blind(self, runtime):
+        """v1 run by the nodes: the coordinator relays and receives the result only."""
+        # Imported here: the blind protocol's module imports this one's client steps.
+        from ._fedkmeans import FederatedKMeansError
+        from ._fedkmeans_blind import FUZZY_V1, run_blind_fit
+
+        for name, bad in self._blind_unsupported().items():
+            if bad:
+                raise ValueError(
+                    'coordinator="blind" runs v1 with secure sums from init="local-centers" '
+                    f"or an array; {name}={getattr(self, name)!r} needs "
+                    'coordinator="sees-totals"'
+                )
+        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
+            raise ValueError(
+                f"the nodes add totals over at least {DEFAULT_MIN_SUM_PARTICIPANTS} clients "
+                f"(each refuses fewer); this federation has {runtime.n_clients}"
+            )
+        init = None if isinstance(self.init, str) else self._check_init(runtime.n_features)
+        centers, sizes, n_iter, inertia = run_blind_fit(
+            runtime,
+            n_clusters=self.n_clusters,
+            n_init=1,
+            max_iter=self.n_rounds,
+            tol=0.0,
+            init=init,
+            error=FederatedKMeansError,
+            algorithm=FUZZY_V1,
+            fuzzifier=float(self.fuzzifier),
+            n_local_iter=int(self.n_local_iter),
+        )
+        self.initial_centers_ = init
+        self.cluster_centers_ = np.asarray(centers, dtype=np.float64)
+        self.local_centers_ = None
+        self.n_iter_ = int(np.asarray(n_iter)[0])
+        self.inertia_ = float(np.asarray(inertia)[0])
 
     def _run_secure_v1(self, runtime, random_state, centers):
         """v1 rounds whose moves and masses are secure sums (the server sees no client's)."""

@@ -117,12 +117,15 @@ node therefore checks each request against its own policy before it answers:
     every method): the methods for which this node sends exact statistics
     for centers the coordinator chose (steps marked
     :func:`~skfedclust.node._declarations.coordinator_centers`: the Lloyd
-    steps of ``FederatedKMeans(coordinator="sees-totals")``, and an array
-    start of a coordinator-blind fit); a node refuses them for any other
-    method (rule ``coordinator-centers``). Exact totals for centers a
-    coordinator moves adaptively give rows away; a default node runs
-    :class:`~skfedclust.FederatedKMeans` only with the nodes choosing the
-    centers (``coordinator="blind"``, its default) or under its DP budget.
+    steps of ``FederatedKMeans(coordinator="sees-totals")`` and of
+    ``FederatedFuzzyCMeans(coordinator="sees-totals")``, and an array start
+    of a coordinator-blind fit); a node refuses them for any other method
+    (rule ``coordinator-centers``). Exact totals for centers a coordinator
+    moves adaptively give rows away; a default node runs
+    :class:`~skfedclust.FederatedKMeans` and
+    :class:`~skfedclust.FederatedFuzzyCMeans` only with the nodes choosing
+    the centers (``coordinator="blind"``, their default; k-means also under
+    its DP budget).
 
 Each field is checked when the policy is read (at a Flower node's first
 message), with the node's other node-config fields
@@ -692,8 +695,9 @@ class NodePolicy:
             f"{', '.join(self.allow_coordinator_centers) or 'no method'} "
             f"(allow-coordinator-centers), not for "
             f"{method or 'a fit whose method no handshake named'}. Fit with the nodes choosing "
-            'the centers (FederatedKMeans(coordinator="blind"), its default up to 50 '
-            f'clients), or set allow-coordinator-centers = "{listed}" in the node config',
+            'the centers (coordinator="blind", the default of FederatedKMeans and '
+            "FederatedFuzzyCMeans up to 50 clients), or set "
+            f'allow-coordinator-centers = "{listed}" in the node config',
         )
 
     def check_clear_sum(self, step):
