@@ -14,7 +14,9 @@ secure sum of the other mode costs O(log n) (its neighbours). The page gives
 the federation size where the blind round's cost per node passes the other's.
 
 Run: ``python benchmarks/blind_fedkmeans.py`` (about 3 minutes; ``--sizes``
-to choose the federation sizes).
+to choose the federation sizes). ``--method ffcm`` measures
+FederatedFuzzyCMeans' v1 rounds the same way (``n_rounds`` for ``max_iter``)
+into ``ffcm_blind.md``.
 """
 
 from __future__ import annotations
@@ -25,22 +27,37 @@ import time
 import numpy as np
 from _common import RESULTS, emit, machine_line, markdown_table
 
-from skfedclust import FederatedKMeans
+from skfedclust import FederatedFuzzyCMeans, FederatedKMeans
 
 K, D, ROWS = 8, 64, 200
 SHORT, LONG = 2, 6
 
 
-def _fit(n_clients, coordinator, max_iter, X, start):
-    est = FederatedKMeans(
+#: The estimator of each ``--method``, from a start, a mode and its iterations.
+METHODS = {
+    "fedkmeans": lambda start, coordinator, iterations, n_clients: FederatedKMeans(
         K,
         init=start,
         coordinator=coordinator,
-        max_iter=max_iter,
+        max_iter=iterations,
         tol=0.0,
         partition=n_clients,
         random_state=0,
-    )
+    ),
+    "ffcm": lambda start, coordinator, iterations, n_clients: FederatedFuzzyCMeans(
+        K,
+        init=start,
+        coordinator=coordinator,
+        n_rounds=iterations,
+        partition=n_clients,
+        random_state=0,
+    ),
+}
+METHOD = "fedkmeans"
+
+
+def _fit(n_clients, coordinator, max_iter, X, start):
+    est = METHODS[METHOD](start, coordinator, max_iter, n_clients)
     t0 = time.process_time()
     est.fit(X)
     return est, time.process_time() - t0
@@ -80,8 +97,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(RESULTS / "fedkmeans_blind.md"))
+    parser.add_argument("--method", choices=sorted(METHODS), default="fedkmeans")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    global METHOD
+    METHOD = args.method
+    out = args.out or str(RESULTS / f"{args.method}_blind.md")
+    what = "FederatedKMeans" if METHOD == "fedkmeans" else "FederatedFuzzyCMeans (v1)"
+    step = "Lloyd iteration" if METHOD == "fedkmeans" else "round"
+    command = "python benchmarks/blind_fedkmeans.py" + (
+        "" if METHOD == "fedkmeans" else " --method ffcm"
+    )
     rows, ratios = [], []
     for n in args.sizes:
         seen = per_iteration(n, "sees-totals", args.repeats)
@@ -107,15 +133,16 @@ def main():
                 ]
             )
     lines = [
-        "# FederatedKMeans: the coordinator-blind mode against the coordinator seeing totals",
+        f"# {what}: the coordinator-blind mode against the coordinator seeing totals",
         "",
-        "Per Lloyd iteration and per node, k=8, d=64, 200 rows per client, the same array",
-        f"start, `tol=0`; differences of fits of {SHORT} and {LONG} iterations (the set-up",
-        "left out). CPU: process time of the in-process fit per iteration, divided by the",
+        f"Per {step} and per node, k=8, d=64, 200 rows per client, the same array",
+        f"start, {'`tol=0`' if METHOD == 'fedkmeans' else 'no convergence test'}; "
+        f"differences of fits of {SHORT} and {LONG} {step}s (the set-up",
+        f"left out). CPU: process time of the in-process fit per {step}, divided by the",
         f"clients (median of {args.repeats} fits each). KB: 1,000 bytes of payload, as the",
         "ledger counts them (peer messages once per recipient).",
         "",
-        "Command: `python benchmarks/blind_fedkmeans.py`. " + machine_line(),
+        f"Command: `{command}`. " + machine_line(),
         "",
         markdown_table(
             [
@@ -131,13 +158,13 @@ def main():
             rows,
         ),
         "",
-        "Per node and iteration, the blind mode against the coordinator seeing totals: "
+        f"Per node and {step}, the blind mode against the coordinator seeing totals: "
         + "; ".join(ratios)
         + ". The blind round is one round where the other takes two; its cost per node "
         "grows with the federation (every upload goes to every node), the secure sum's "
         "with the node's few neighbours.",
     ]
-    emit(lines, args.out)
+    emit(lines, out)
 
 
 if __name__ == "__main__":
