@@ -54,10 +54,23 @@ def _problem(n_clients):
     return X, clients, X[:K].copy()
 
 
+#: The mode measured (``--coordinator``): the coordinator adding the sums by
+#: default; ``verified``, the nodes computing and checking the totals it adds.
+COORDINATOR = "sees-totals"
+
+
 def _federated(start):
     from skfedclust import FederatedKMeans
 
-    return FederatedKMeans(K, init=start, n_init=1, max_iter=ITERATIONS, tol=0.0, random_state=0)
+    return FederatedKMeans(
+        K,
+        init=start,
+        n_init=1,
+        max_iter=ITERATIONS,
+        tol=0.0,
+        coordinator=COORDINATOR,
+        random_state=0,
+    )
 
 
 def _reference(start):
@@ -184,7 +197,12 @@ def main(argv=None):
     parser.add_argument("--table-only", action="store_true", help="render the stored sizes")
     parser.add_argument("--note", default="", help="a sentence on the conditions of the run")
     parser.add_argument("--title", default=TITLE, help="the page's title (one per page)")
+    parser.add_argument(
+        "--coordinator", default="sees-totals", choices=("sees-totals", "verified", "blind")
+    )
     args = parser.parse_args(argv)
+    global COORDINATOR
+    COORDINATOR = args.coordinator
     if args.cell:
         run_cell(*args.cell)
         return
@@ -204,6 +222,7 @@ def main(argv=None):
     for n in [] if args.table_only or args.add_cell else args.clients:
         pairs = PAIRS.get(n, 1)
         command = [sys.executable, __file__, "--cell", str(n), str(pairs)]
+        command += ["--coordinator", args.coordinator]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if not lines:
@@ -236,7 +255,8 @@ def main(argv=None):
     argv_text = " ".join(argv if argv is not None else sys.argv[1:])
     body = "\n\n".join(
         [
-            f'FederatedKMeans (coordinator="sees-totals", secure sums on) on {ROWS} rows per '
+            f'FederatedKMeans (coordinator="{args.coordinator}", secure sums on) on {ROWS} '
+            "rows per "
             f"client of `make_blobs(n_features={D}, centers={K}, cluster_std={STD:g})`, from its "
             f"first {K} rows as a fixed array start, "
             f"{ITERATIONS} Lloyd iterations (`tol=0`), on the in-process runtime; scikit-learn's "

@@ -366,6 +366,10 @@ ESTIMATORS = {
     "FederatedKMeans-blind": lambda: FederatedKMeans(
         n_clusters=4, init=np.vstack(_clients())[:4], coordinator="blind", random_state=7
     ),
+    # The coordinator adds, the nodes verify its totals and move the centers.
+    "FederatedKMeans-verified": lambda: FederatedKMeans(
+        n_clusters=4, init=np.vstack(_clients())[:4], coordinator="verified", random_state=7
+    ),
 }
 
 

@@ -42,6 +42,7 @@ from test_flower import (  # noqa: E402
     _private_runtime,
 )
 
+from skfedclust import FederatedFuzzyCMeans, FederatedKMeans  # noqa: E402
 from skfedclust.federation import use_runtime  # noqa: E402
 from skfedclust.flower import fit_on_flower, make_client_app  # noqa: E402
 
@@ -212,3 +213,27 @@ def test_a_blind_fit_starts_from_the_nodes_nonces_so_its_numbers_may_differ(meth
         pairs = set(zip(reference.labels_.tolist(), labels.tolist()))
         assert len(pairs) == len(set(reference.labels_))
     assert renumbered == [False, True]
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        lambda: FederatedKMeans(n_clusters=3, coordinator="verified", random_state=0),
+        lambda: FederatedFuzzyCMeans(
+            n_clusters=3, n_rounds=3, coordinator="verified", random_state=0
+        ),
+    ],
+    ids=["kmeans", "fuzzy"],
+)
+def test_a_verified_fit_through_flowers_wire_is_the_in_process_fit(estimator):
+    """The mode above 50 clients, on the demo's five nodes: every message of it
+    (the announcement, the words of agreement, the codes, the limbs) crosses
+    Flower's wire unchanged."""
+    blocks = _demo_blocks(N_ORGANISATIONS)
+    with use_runtime(_private_runtime(PRIVATE_SEED)):
+        reference = estimator().fit(blocks)
+    assert reference.coordinator_ == "verified"
+    fitted, labels = _fit_over_the_wire(estimator(), blocks, N_ORGANISATIONS)
+    np.testing.assert_array_equal(labels, reference.labels_)
+    np.testing.assert_array_equal(fitted.cluster_centers_, reference.cluster_centers_)
+    _assert_same_communication(fitted.communication_, reference.communication_)

@@ -157,15 +157,19 @@ class Ledger:
             self._counted.add(self._phase)
         return self._phase
 
-    def record(self, payload, *, sender, receiver, tag=""):
-        """Record one message in the current phase and return its byte size."""
+    def record(self, payload, *, sender, receiver, tag="", nbytes=None):
+        """Record one message in the current phase and return its byte size.
+
+        ``nbytes``: the payload's size where the caller measured it already
+        (one payload sent to many receivers).
+        """
         self._check_party(sender)
         self._check_party(receiver)
         if sender == receiver:
             raise ValueError(f"a party cannot send a message to itself ({sender!r})")
         if self._phase < 0:
             self.open_phase()
-        nbytes = payload_nbytes(payload)
+        nbytes = payload_nbytes(payload) if nbytes is None else nbytes
         self._append(sender, receiver, self._round_of(sender), nbytes, tag)
         return nbytes
 

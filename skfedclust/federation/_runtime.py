@@ -65,7 +65,7 @@ from ..node._contract import (  # noqa: F401  (the step contract, re-exported)
 from ..node._declarations import bound_only, releases_rows, sum_only, summand  # noqa: F401
 from ..node._gate import serve_step
 from ..node._methods import package_method
-from ._ledger import SERVER, Ledger
+from ._ledger import SERVER, Ledger, payload_nbytes
 
 __all__ = [
     "Inbox",
@@ -960,9 +960,15 @@ class InProcessRuntime(Runtime):
     # -- server messages -------------------------------------------------------------
     def send(self, payloads, *, tag):
         phase = self.ledger.open_phase()
+        # A broadcast sends one payload to every client: measured once.
+        sizes = {}
         for c, payload in payloads.items():
             c = int(c)
-            self.ledger.record(payload, sender=SERVER, receiver=c, tag=tag)
+            if id(payload) not in sizes:
+                sizes[id(payload)] = payload_nbytes(payload)
+            self.ledger.record(
+                payload, sender=SERVER, receiver=c, tag=tag, nbytes=sizes[id(payload)]
+            )
             self._inboxes[c][tag] = payload
             self._server_tags[c].add(tag)
         self.trace.append((phase, tag, "server send", None, None))

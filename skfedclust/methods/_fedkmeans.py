@@ -36,9 +36,7 @@ from ..secure._sampling import (
     sampling_seed,
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._fedkmeans_blind import (
-    run_blind_fit,
-)
+from ._fedkmeans_blind import run_blind_fit
 from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
 from ._fedkmeans_steps import (
@@ -61,6 +59,7 @@ from ._fedkmeans_steps import (
     fedkmeans_row_extremes,
     fedkmeans_score_inertia,
 )
+from ._fedkmeans_verified import run_verified_fit
 from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
 
 #: The most clients ``coordinator="auto"`` runs blind: every node receives every
@@ -301,7 +300,7 @@ class FederatedKMeans(
         the farthest row sends that row, so the result equals
         :class:`~sklearn.cluster.KMeans`' from the same start. A deployed
         node's default policy refuses to send the row (``refuse-raw-rows``).
-    coordinator : {"auto", "blind", "sees-totals"}, default="auto"
+    coordinator : {"auto", "blind", "verified", "sees-totals"}, default="auto"
         Who runs Lloyd's server step. ``"blind"``: the nodes run it
         themselves; every iteration each node sends its statistics under
         pairwise masks to every other node (sealed peer messages), the nodes
@@ -315,14 +314,21 @@ class FederatedKMeans(
         weighted k-FED start, computed on the nodes from local centers they
         share with each other, never with the coordinator, with a seed from
         their committed nonces) or an array, without ``privacy``, sampling,
-        clear sums or the farthest-row relocation. ``"sees-totals"``: the
+        clear sums or the farthest-row relocation. ``"verified"``: the nodes
+        run it too, with the same options, but each uploads its masked
+        statistics to the coordinator, which adds them and sends back the
+        total; every node checks the total against a code keyed by a secret
+        the coordinator does not know before it moves the centers. The
+        coordinator learns every iteration's totals and chooses nothing; a
+        node's cost per round does not grow with the federation. The same
+        centers as ``"blind"`` from the same start. ``"sees-totals"``: the
         coordinator sends the centers every iteration and learns the totals
         of the secure sums (a deployed node refuses it unless its operator
-        allows it: ``allow-coordinator-centers``). ``"auto"``: ``"blind"``
-        where it runs (the options above, and from 3 to
-        ``BLIND_MAX_CLIENTS`` = 50 clients: every node receives every
-        other node's upload, so its cost per node grows with the federation;
-        see Notes), else ``"sees-totals"``. ``coordinator_`` says which ran.
+        allows it: ``allow-coordinator-centers``). ``"auto"``: where the
+        options above allow, ``"blind"`` from 3 to ``BLIND_MAX_CLIENTS`` = 50
+        clients (every node receives every other node's upload, so its cost
+        per node grows with the federation; see Notes) and ``"verified"``
+        above, else ``"sees-totals"``. ``coordinator_`` says which ran.
     secure_aggregation : bool, default=True
         Add the clients' statistics by secure aggregation (the server learns
         only their totals). ``False`` sends every client's statistics to the
@@ -395,7 +401,7 @@ class FederatedKMeans(
         rows gives the same centers and labels. ``None`` when the nodes
         computed the start themselves (``coordinator_ == "blind"`` with
         ``init="auto"``): it never leaves them.
-    coordinator_ : {"blind", "sees-totals"}
+    coordinator_ : {"blind", "verified", "sees-totals"}
         The mode the fit ran (``coordinator`` with ``"auto"`` resolved).
     n_clients_ : int
         Number of clients.
@@ -429,6 +435,11 @@ class FederatedKMeans(
     **What the server learns.** With ``coordinator="blind"`` (the default up
     to 50 clients): the final centers, the cluster sizes, ``n_iter_`` and the
     inertia, and when each round ends (:ref:`fedkmeans_blind`). With
+    ``coordinator="verified"`` (the default above): also every iteration's
+    totals (per-cluster sums of deviations, counts, how many clients hold
+    rows of each cluster, rows that changed cluster), each node's row count
+    and binary order, and the local centers of the (at most 50) nodes drawn
+    for the start; it chooses no center (:ref:`fedkmeans_verified`). With
     ``coordinator="sees-totals"`` and secure aggregation: per iteration the
     number of rows of every cluster, the sum of their deviations from the
     center, and how many rows changed cluster, all totals over the clients
@@ -536,6 +547,7 @@ class FederatedKMeans(
     _client_step_modules = (
         "skfedclust.methods._fedkmeans_steps",
         "skfedclust.methods._fedkmeans_blind",
+        "skfedclust.methods._fedkmeans_verified",
         "skfedclust.methods._kfed",
     )
 
@@ -551,7 +563,7 @@ class FederatedKMeans(
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "empty_clusters": [StrOptions({"far-rows", "farthest-row"})],
-        "coordinator": [StrOptions({"auto", "sees-totals", "blind"})],
+        "coordinator": [StrOptions({"auto", "sees-totals", "blind", "verified"})],
         "secure_aggregation": ["boolean"],
         "client_fraction": [Interval(numbers.Real, 0, 1, closed="right")],
         "min_clients": [None, Interval(numbers.Integral, 1, None, closed="left")],
@@ -952,7 +964,7 @@ class FederatedKMeans(
         with parallel_config(prefer="threads"):
             try:
                 self.coordinator_ = self._coordinator_mode(runtime)
-                if self.coordinator_ == "blind":
+                if self.coordinator_ in ("blind", "verified"):
                     self.privacy_spent_ = self.privacy_accountant_ = None
                     self.noise_scales_ = {}
                     self._blind_protocol(runtime)
@@ -972,9 +984,9 @@ class FederatedKMeans(
             return self.coordinator
         if any(self._blind_unsupported().values()):
             return "sees-totals"
-        if not DEFAULT_MIN_SUM_PARTICIPANTS <= runtime.n_clients <= BLIND_MAX_CLIENTS:
+        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
             return "sees-totals"
-        return "blind"
+        return "blind" if runtime.n_clients <= BLIND_MAX_CLIENTS else "verified"
 
     def _blind_unsupported(self):
         """The options the coordinator-blind protocol does not run, by name."""
@@ -993,9 +1005,9 @@ class FederatedKMeans(
         for name, bad in self._blind_unsupported().items():
             if bad:
                 raise ValueError(
-                    f'coordinator="blind" runs Lloyd on the nodes with init="auto" or an array '
-                    f"start, without privacy, sampling, clear sums or the farthest-row "
-                    f"relocation; {name}={getattr(self, name)!r} needs "
+                    f'coordinator="{self.coordinator}" runs Lloyd on the nodes with '
+                    'init="auto" or an array start, without privacy, sampling, clear sums or '
+                    f"the farthest-row relocation; {name}={getattr(self, name)!r} needs "
                     'coordinator="sees-totals"'
                 )
         if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
@@ -1011,7 +1023,8 @@ class FederatedKMeans(
         # number of clients the federation has.
         self._check_min_clients(runtime)
         init = None if isinstance(self.init, str) else self._array_init(runtime)
-        centers, sizes, n_iter, inertia = run_blind_fit(
+        run = run_blind_fit if self.coordinator_ == "blind" else run_verified_fit
+        centers, sizes, n_iter, inertia = run(
             runtime,
             n_clusters=self.n_clusters,
             n_init=1 if init is not None else self.n_init,

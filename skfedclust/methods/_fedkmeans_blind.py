@@ -323,6 +323,7 @@ def blind_setup_step(
     algorithm=KMEANS,
     fuzzifier=None,
     n_local_iter=None,
+    mode="blind",
 ):
     """Round 1: pair seeds, a nonce commitment, the row count, the scale and the local centers.
 
@@ -330,7 +331,11 @@ def blind_setup_step(
     coordinator. ``algorithm`` names the server step the nodes run: Lloyd's
     (``max_iter`` iterations at most, ``tol``) or fuzzy c-means' v1
     aggregation (``max_iter`` rounds of ``n_local_iter`` local iterations
-    with ``fuzzifier``; ``tol`` 0). A pair seed is drawn from the node's private generator for
+    with ``fuzzifier``; ``tol`` 0). ``mode="verified"``
+    (:mod:`._fedkmeans_verified`): pair seeds go to the node's neighbours only,
+    the lowest participant also sends every other the key of the fit's codes,
+    and the public part goes to the coordinator, which shows it to every
+    node. A pair seed is drawn from the node's private generator for
     each participant of higher index and sealed to it; the row count, the
     binary order of the node's largest absolute value (the fixed-point
     scales) and the local centers and their sizes (the k-FED start, means of
@@ -349,6 +354,8 @@ def blind_setup_step(
     participants = sorted(int(p) for p in participants)
     _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
     fuzzifier, n_local_iter = _check_algorithm(algorithm, fuzzifier, n_local_iter, n_init)
+    if mode not in ("blind", "verified"):
+        raise NodeRefusal("well-formed", f"mode={mode!r}; the nodes run 'blind' or 'verified'")
     me = party.index
     nonce = party.secret_bytes(32)
     start = None
@@ -362,6 +369,8 @@ def blind_setup_step(
     public = (int(n_clusters), int(n_init), int(max_iter), float(tol), participants)
     if algorithm == FUZZY_V1:
         public += (algorithm, fuzzifier, n_local_iter)
+    if mode != "blind":
+        public += (mode,)
     parameters = _digest(
         repr(public).encode(),
         b"" if init is None else np.asarray(init, dtype=np.float64),
@@ -378,6 +387,8 @@ def blind_setup_step(
     }
     if start is not None:
         common["local centers"], common["local sizes"] = start
+    if mode == "verified":
+        return _verified_setup(party, participants, common, parameters, nonce, locals())
     seeds = {}
     to_peers = {}
     for other in participants:
@@ -408,6 +419,60 @@ def blind_setup_step(
         },
     }
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
+
+
+def _verified_setup(party, participants, common, parameters, nonce, given):
+    """The set-up of ``mode="verified"``: seeds to neighbours, the code key, the public part.
+
+    Pair seeds go to the node's neighbours only (those of higher index draw
+    them); the lowest participant draws the key of the fit's codes, sends it
+    sealed to every other participant, and tells the coordinator the draw of
+    the nodes whose local centers make the start (a hash of the key: the
+    coordinator cannot choose it). The coordinator gets the row count and the
+    binary order of the largest value; the local centers stay on the node
+    until the draw asks for them.
+    """
+    from ._fedkmeans_verified import draw_digest, neighbours
+
+    me = party.index
+    near = neighbours(participants, me)
+    seeds, to_peers = {}, {}
+    for other in near:
+        if other > me:
+            seeds[other] = party.secret_bytes(32)
+            to_peers[other] = {"pair seed": seeds[other]}
+    key = None
+    public = {"rows": common["rows"], "exponent": common["exponent"]}
+    if me == participants[0]:
+        key = party.secret_bytes(32)
+        for other in participants[1:]:
+            to_peers[other] = {**to_peers.get(other, {}), "code key": key}
+        public["draw"] = draw_digest(key)
+    init = given["init"]
+    local = None
+    if "local centers" in common:
+        local = (common["local centers"], common["local sizes"])
+    state = {
+        "stage": "set up",
+        "mode": "verified",
+        "parameters": parameters,
+        "n_clusters": int(given["n_clusters"]),
+        "n_init": int(given["n_init"]),
+        "max_iter": int(given["max_iter"]),
+        "tol": float(given["tol"]),
+        "algorithm": given["algorithm"],
+        "fuzzifier": given["fuzzifier"],
+        "n_local_iter": given["n_local_iter"],
+        "init": None if init is None else np.asarray(init, dtype=np.float64),
+        "participants": participants,
+        "neighbours": near,
+        "seeds": seeds,
+        "key": key,
+        "own": public,
+        "own local": local,
+    }
+    keep = {LOCKED_TO: (__name__, "skfedclust.methods._fedkmeans_verified"), _STATE: state}
+    return Reply(to_peers=to_peers, keep=keep, send=public)
 
 
 # The nonce and the digest of the set-up round (a commitment to what the
@@ -496,7 +561,8 @@ def _starts(kept, seed):
     """The starting centers of every run, computed alike on every node."""
     if kept["init"] is not None:
         return [kept["init"]]
-    pooled = [kept["local"][p] for p in sorted(kept["local"])]
+    local = kept.get("start local", kept["local"])
+    pooled = [local[p] for p in sorted(local)]
     n_local = sum(len(centers) for centers, _ in pooled)
     if n_local < kept["n_clusters"]:
         raise ValueError(
@@ -504,16 +570,40 @@ def _starts(kept, seed):
             f"of its node), fewer than n_clusters={kept['n_clusters']}: fit fewer clusters "
             "or pass an array init"
         )
-    return [
-        weighted_kmeans_on_centers(
-            pooled,
-            n_clusters=kept["n_clusters"],
-            n_init=START_RESTARTS,
-            seed=int.from_bytes(_digest(seed, np.int64(r))[:4], "big") >> 1,
-            max_iter=kept["max_iter"] if kept["algorithm"] == KMEANS else _FUZZY_START_MAX_ITER,
-        )
-        for r in range(kept["n_init"])
-    ]
+    max_iter = kept["max_iter"] if kept["algorithm"] == KMEANS else _FUZZY_START_MAX_ITER
+    key = _digest(
+        seed,
+        np.array([kept["n_clusters"], kept["n_init"], max_iter], dtype=np.int64),
+        *[
+            part
+            for centers, sizes in pooled
+            for part in (np.asarray(centers, np.float64), np.asarray(sizes, np.int64))
+        ],
+    )
+    if key not in _STARTS_COMPUTED:
+        if len(_STARTS_COMPUTED) >= _STARTS_KEPT:
+            _STARTS_COMPUTED.pop(next(iter(_STARTS_COMPUTED)))
+        _STARTS_COMPUTED[key] = [
+            weighted_kmeans_on_centers(
+                pooled,
+                n_clusters=kept["n_clusters"],
+                n_init=START_RESTARTS,
+                seed=int.from_bytes(_digest(seed, np.int64(r))[:4], "big") >> 1,
+                max_iter=max_iter,
+            )
+            for r in range(kept["n_init"])
+        ]
+    return [start.copy() for start in _STARTS_COMPUTED[key]]
+
+
+#: The starts of this process by the digest of all their inputs. Every node
+#: computes the start from the same inputs; in a simulation, where every party
+#: runs in one process, the first party's computation serves the others: the
+#: value of a deterministic function of inputs each of them holds (nothing any
+#: party keeps), the arithmetic of a fit of many clients done once, not once
+#: per client. Across processes (deployed nodes) nothing is shared.
+_STARTS_COMPUTED = {}
+_STARTS_KEPT = 8
 
 
 @peer_masked
@@ -545,16 +635,8 @@ def blind_iteration_step(data, inbox, state, party):
         kept["view"] = _round_view(kept, messages, me)
         if kept["final"]:
             raise NodeRefusal("stage", "this node has uploaded its final statistics already")
-        _advance(kept, totals)
-    runs = kept["runs"]
-    if all(run.done for run in runs):
-        values, scales = _final_statistics(kept, data)
-        kept["final"] = True
-    else:
-        first = kept["round"] == 0
-        values, scales = _iteration_statistics(kept, data)
-        if first:
-            _join_first_totals(party, kept)
+        advance(kept, totals)
+    values, scales = round_statistics(kept, data, party)
     kept["round"] += 1
     kept["scales"] = scales
     upload = ring_add(encode(values, scales), mask(len(values), kept["seeds"], me, kept["round"]))
@@ -571,6 +653,23 @@ def blind_iteration_step(data, inbox, state, party):
     )
 
 
+def round_statistics(kept, data, party):
+    """This node's statistics of the round and their fixed-point scales.
+
+    The active runs' (:func:`_iteration_statistics`), or, once every run has
+    stopped, the final labels' (and ``kept["final"]`` is set). The first
+    iteration's statistics join the node's ledger (:func:`_join_first_totals`).
+    """
+    if all(run.done for run in kept["runs"]):
+        kept["final"] = True
+        return _final_statistics(kept, data)
+    first = kept["round"] == 0
+    values, scales = _iteration_statistics(kept, data)
+    if first:
+        _join_first_totals(party, kept)
+    return values, scales
+
+
 def _open_start(kept, messages, me):
     """The runs' starts and the fixed-point exponent, from the revealed nonces and exponents."""
     _check_views(messages, kept["view"], TAG_REVEAL)
@@ -583,7 +682,16 @@ def _open_start(kept, messages, me):
             )
         nonces[sender] = nonce
     order = kept["participants"]
-    starts = _starts(kept, _digest(*[nonces[p] for p in order]))
+    view = _digest(kept["view"], *[nonces[p] for p in order])
+    return open_start(kept, _digest(*[nonces[p] for p in order]), view)
+
+
+def open_start(kept, seed, view):
+    """The runs' starts, from ``seed`` (the hash of the opened nonces), and the fixed point.
+
+    ``view``: the transcript so far, kept for the next round's check.
+    """
+    starts = _starts(kept, seed)
     # Starting centers outside the rows' hull (an array init) widen the bound.
     extent = max(float(np.abs(np.asarray(s)).max()) for s in starts)
     exponent = max(max(kept["exponents"].values()), _binary_order(extent))
@@ -598,7 +706,7 @@ def _open_start(kept, messages, me):
         # c-means runs its rounds without a convergence test.
         "variance": None if kept["algorithm"] == KMEANS else np.zeros(kept["n_features"]),
         "reference": np.asarray(starts[0], dtype=np.float64).mean(axis=0),
-        "view": _digest(kept["view"], *[nonces[p] for p in order]),
+        "view": view,
     }
 
 
@@ -615,11 +723,15 @@ def _started_run(kept, start):
     if kept["init"] is not None or not kept["local"]:
         run.backing = np.tile([kept["n_rows"], len(kept["participants"])], (k, 1)).astype(float)
         return run
-    rows, clients = np.zeros(k), np.zeros(k)
-    for centers, sizes in kept["local"].values():
-        nearest = nearest_center(np.asarray(centers, dtype=np.float64), run.centers)
-        rows += np.bincount(nearest, weights=np.asarray(sizes, float), minlength=k)
-        clients += np.bincount(np.unique(nearest), minlength=k)
+    local = kept["local"]
+    owners = np.concatenate([np.full(len(local[p][0]), p) for p in local])
+    centers = np.vstack([np.asarray(local[p][0], dtype=np.float64) for p in local])
+    sizes = np.concatenate([np.asarray(local[p][1], dtype=np.float64) for p in local])
+    nearest = nearest_center(centers, run.centers)
+    rows = np.bincount(nearest, weights=sizes, minlength=k)
+    # The clients holding a local center nearest each start center, each once.
+    pairs = np.unique(np.column_stack([owners, nearest]), axis=0)
+    clients = np.bincount(pairs[:, 1], minlength=k).astype(np.float64)
     run.backing = np.column_stack([rows, clients])
     return run
 
@@ -765,7 +877,7 @@ def _check_bounds(values, scales):
         raise NodeRefusal("well-formed", "a statistic exceeds the fit's fixed-point bounds")
 
 
-def _advance(kept, totals):
+def advance(kept, totals):
     """Move every active run by the totals of its last upload, as the coordinator's Lloyd would.
 
     The same arithmetic as ``coordinator="sees-totals"``: new centers are the
@@ -912,8 +1024,9 @@ def _fuzzy_totals(kept, run, block, k, d):
         np.any(present != np.rint(present))
         or np.any(present < 0)
         or np.any(present > participants)
-        # Every node holding rows has a nearest center for each.
-        or present.sum() < sum(1 for rows in kept["rows"].values() if rows > 0)
+        # Every node holding rows has a nearest center for each (a verified fit's
+        # nodes know only that some node holds rows).
+        or present.sum() < sum(1 for rows in kept.get("rows", {0: 1}).values() if rows > 0)
     ):
         raise NodeRefusal("well-formed", "the clusters' client counts cannot be right")
     filled = masses > 0
@@ -1033,6 +1146,11 @@ def blind_release_step(data, inbox, state, party):
     messages = _peer_messages(inbox, TAG_ROUND, participants, me)
     _check_views(messages, kept["view"], TAG_ROUND)
     totals = _add_uploads(kept, messages)
+    return release(kept, totals, party)
+
+
+def release(kept, totals, party):
+    """The reply of the release step from the final totals (see :func:`blind_release_step`)."""
     k = kept["n_clusters"]
     best = None
     for r, run in enumerate(kept["runs"]):

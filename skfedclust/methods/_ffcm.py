@@ -283,7 +283,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         a client's local centers (after a set-up round and a bound on the rows,
         each round is two exchanges). v2 needs every local center and ignores
         it.
-    coordinator : {"auto", "blind", "sees-totals"}, default="auto"
+    coordinator : {"auto", "blind", "verified", "sees-totals"}, default="auto"
         Who runs v1's aggregation. ``"blind"``: the nodes run it themselves,
         as :class:`~skfedclust.FederatedKMeans` runs Lloyd's
         (:ref:`fedkmeans_blind`): every round each node sends its
@@ -300,9 +300,14 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         from their committed nonces) or an array. ``"sees-totals"``: the
         coordinator sends the centers every round (a deployed node refuses
         to answer them unless its operator allows it:
-        ``allow-coordinator-centers``). ``"auto"``: ``"blind"`` where it
-        runs (the options above, and from 3 to 50 clients, as
-        :class:`~skfedclust.FederatedKMeans`), else ``"sees-totals"``.
+        ``allow-coordinator-centers``). ``"verified"``: the nodes run v1,
+        the coordinator adds their masked uploads and every node checks the
+        total against a code the coordinator cannot forge
+        (:ref:`fedkmeans_verified`): the coordinator sees each round's totals
+        and chooses nothing, at a cost per node that does not grow with the
+        federation. ``"auto"``: where the options above allow, ``"blind"``
+        from 3 to 50 clients and ``"verified"`` above, as
+        :class:`~skfedclust.FederatedKMeans`, else ``"sees-totals"``.
     init : {"local-centers", "k-means++-rows"} or array-like of shape \
             (n_clusters, n_features), default="local-centers"
         Initial centers, in an exchange of their own (one more round) or
@@ -353,7 +358,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         Centers the first round started from; ``None`` when the nodes
         computed the start themselves (``coordinator_ == "blind"`` with
         ``init="local-centers"``): it never leaves them.
-    coordinator_ : {"blind", "sees-totals"}
+    coordinator_ : {"blind", "verified", "sees-totals"}
         The mode the fit ran (``coordinator`` with ``"auto"`` resolved).
     local_centers_ : list of ndarray or None
         Local centers each client uploaded in the last round (``None`` with
@@ -426,12 +431,15 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
         "n_local_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "v2_weighted": ["boolean"],
         "secure_aggregation": ["boolean"],
-        "coordinator": [StrOptions({"auto", "blind", "sees-totals"})],
+        "coordinator": [StrOptions({"auto", "blind", "verified", "sees-totals"})],
         "init": [StrOptions(set(INITS)), "array-like"],
     }
 
     #: The coordinator-blind protocol's steps (``coordinator="blind"``).
-    _client_step_modules = ("skfedclust.methods._fedkmeans_blind",)
+    _client_step_modules = (
+        "skfedclust.methods._fedkmeans_blind",
+        "skfedclust.methods._fedkmeans_verified",
+    )
 
     def __init__(
         self,
@@ -528,7 +536,7 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
 
     def _run_protocol(self, runtime, random_state):
         self.coordinator_ = self._coordinator_mode(runtime)
-        if self.coordinator_ == "blind":
+        if self.coordinator_ in ("blind", "verified"):
             self._run_blind(runtime)
             return
         centers = self._initial_centers(runtime, random_state)
@@ -580,21 +588,22 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
             return self.coordinator
         if any(self._blind_unsupported().values()):
             return "sees-totals"
-        if not DEFAULT_MIN_SUM_PARTICIPANTS <= runtime.n_clients <= BLIND_MAX_CLIENTS:
+        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
             return "sees-totals"
-        return "blind"
+        return "blind" if runtime.n_clients <= BLIND_MAX_CLIENTS else "verified"
 
     def _run_blind(self, runtime):
         """v1 run by the nodes: the coordinator relays and receives the result only."""
         # Imported here: the blind protocol's module imports this one's client steps.
         from ._fedkmeans import FederatedKMeansError
         from ._fedkmeans_blind import FUZZY_V1, run_blind_fit
+        from ._fedkmeans_verified import run_verified_fit
 
         for name, bad in self._blind_unsupported().items():
             if bad:
                 raise ValueError(
-                    'coordinator="blind" runs v1 with secure sums from init="local-centers" '
-                    f"or an array; {name}={getattr(self, name)!r} needs "
+                    f'coordinator="{self.coordinator}" runs v1 with secure sums from '
+                    f'init="local-centers" or an array; {name}={getattr(self, name)!r} needs '
                     'coordinator="sees-totals"'
                 )
         if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
@@ -603,7 +612,8 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
                 f"(each refuses fewer); this federation has {runtime.n_clients}"
             )
         init = None if isinstance(self.init, str) else self._check_init(runtime.n_features)
-        centers, sizes, n_iter, inertia = run_blind_fit(
+        run = run_blind_fit if self.coordinator_ == "blind" else run_verified_fit
+        centers, sizes, n_iter, inertia = run(
             runtime,
             n_clusters=self.n_clusters,
             n_init=1,

@@ -124,8 +124,8 @@ node therefore checks each request against its own policy before it answers:
     moves adaptively give rows away; a default node runs
     :class:`~skfedclust.FederatedKMeans` and
     :class:`~skfedclust.FederatedFuzzyCMeans` only with the nodes choosing
-    the centers (``coordinator="blind"``, their default; k-means also under
-    its DP budget).
+    the centers (``coordinator="blind"`` or ``"verified"``, their defaults;
+    k-means also under its DP budget).
 
 Each field is checked when the policy is read (at a Flower node's first
 message), with the node's other node-config fields
@@ -695,8 +695,8 @@ class NodePolicy:
             f"{', '.join(self.allow_coordinator_centers) or 'no method'} "
             f"(allow-coordinator-centers), not for "
             f"{method or 'a fit whose method no handshake named'}. Fit with the nodes choosing "
-            'the centers (coordinator="blind", the default of FederatedKMeans and '
-            "FederatedFuzzyCMeans up to 50 clients), or set "
+            'the centers (coordinator="blind" or "verified", the defaults of FederatedKMeans '
+            "and FederatedFuzzyCMeans), or set "
             f'allow-coordinator-centers = "{listed}" in the node config',
         )
 
