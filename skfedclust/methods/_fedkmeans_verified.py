@@ -98,13 +98,17 @@ def to_limbs(words):
 
 
 def from_limbs(limbs):
-    """The (high, low) words of ring elements from sums of their limbs (carries propagated)."""
+    """The (high, low) words of ring elements from sums of their limbs (carries propagated).
+
+    Each limb sum is below ``2**64``; the element is ``L0 + L1 2**32 + L2 2**64
+    + L3 2**96`` modulo ``2**128``, split into words with the one carry the low
+    word can pass up.
+    """
     limbs = np.asarray(limbs, dtype=np.uint64).reshape(-1, 4)
-    values = [
-        sum(int(limb) << (32 * i) for i, limb in enumerate(row)) % (1 << 128) for row in limbs
-    ]
-    high = np.array([v >> 64 for v in values], dtype=np.uint64)
-    low = np.array([v & ((1 << 64) - 1) for v in values], dtype=np.uint64)
+    l0, l1, l2, l3 = limbs.T
+    middle = (l0 >> np.uint64(32)) + (l1 & _MASK32)
+    low = (l0 & _MASK32) | ((middle & _MASK32) << np.uint64(32))
+    high = (l1 >> np.uint64(32)) + (middle >> np.uint64(32)) + l2 + (l3 << np.uint64(32))
     return np.stack([high, low], axis=1)
 
 
@@ -114,12 +118,26 @@ def _mac_matrix(kept, length):
     return keystream(kept["key"], domain, MAC_ROWS * length).reshape(MAC_ROWS, length)
 
 
+def _neighbour_mask(seed, domain, length):
+    """A pairwise mask: SHAKE-128 (FIPS 202) for the short uploads of a round, where a
+    ChaCha20 context costs more than its output; ChaCha20 for long ones."""
+    if length > _SHAKE_WORDS:
+        return keystream(seed, domain, length)
+    return np.frombuffer(
+        hashlib.shake_128(bytes(seed) + b"|" + domain).digest(8 * length), dtype=np.uint64
+    )
+
+
+#: Masks of at most this many words come from SHAKE-128.
+_SHAKE_WORDS = 4096
+
+
 def _slot_mask(length, pair_seeds, me, round_, what):
     """The sum of this node's masks of a round over ``length`` slots modulo 2**64."""
     total = np.zeros(length, dtype=np.uint64)
     domain = f"verified {what}|{round_}".encode()
     for other, seed in pair_seeds.items():
-        stream = keystream(seed, domain, length)
+        stream = _neighbour_mask(seed, domain, length)
         total = total + stream if other > me else total - stream
     return total
 
@@ -309,9 +327,10 @@ def _upload(kept, values, scales, me):
     kept["round"] += 1
     kept["scales"] = scales
     limbs = to_limbs(blind.encode(values, scales)).ravel()
-    masked = limbs + _slot_mask(len(limbs), kept["seeds"], me, kept["round"], "upload")
     code = _mac_matrix(kept, len(limbs)) @ limbs
-    code = code + _slot_mask(MAC_ROWS, kept["seeds"], me, kept["round"], "code")
+    # One keystream per neighbour masks the upload and its code.
+    masks = _slot_mask(len(limbs) + MAC_ROWS, kept["seeds"], me, kept["round"], "upload")
+    masked, code = limbs + masks[: len(limbs)], code + masks[len(limbs) :]
     return {"upload": masked, "code": code, "final": np.int8(kept["final"])}
 
 
