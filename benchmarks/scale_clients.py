@@ -274,7 +274,7 @@ def main(argv=None):
             f"`--clients N`); this page's last run took "
             f"{(time.perf_counter() - start) / 60:.0f} minutes.",
             "Commands: `python benchmarks/scale_clients.py --clients N` measures sizes and "
-            "stores them by size (`benchmarks/results/scale_clients.json`); a size measured on "
+            f"stores them by size (`benchmarks/results/{args.out}.json`); a size measured on "
             "its own (`--cell N PAIRS`, which prints its result) is stored with `--add-cell`; "
             "`--table-only` writes this page from the stored sizes. This page: "
             f"`python benchmarks/scale_clients.py{' ' + argv_text if argv_text else ''}`.",
