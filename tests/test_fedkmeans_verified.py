@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from test_ffcm_blind import _nodes as ffcm_nodes
 
 from skfedclust import FederatedFuzzyCMeans, FederatedKMeans
-from skfedclust.federation import Federation, InProcessRuntime
 from skfedclust.methods import _fedkmeans_verified as verified
 from skfedclust.methods._fedkmeans_blind import _STATE, TAG_SETUP, blind_setup_step
-from skfedclust.node import NodePolicy, NodeRefusal
+from skfedclust.node import NodeRefusal
 
 K = 3
 
@@ -33,13 +33,8 @@ def _uniform(n=600, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, size=(n, 3))
 
 
-def _nodes(blocks, ledger=None, method="FederatedKMeans", **policy):
-    X = np.vstack(blocks)
-    rows = np.split(np.arange(len(X)), np.cumsum([len(b) for b in blocks])[:-1])
-    federation = Federation(X, rows)
-    federation.spawn_seeds(np.random.RandomState(0))
-    policy = NodePolicy(privacy_ledger="none" if ledger is None else str(ledger), **policy)
-    return InProcessRuntime(federation, policy=policy, method=method, private_entropy=[7, 8])
+def _nodes(blocks, ledger=None, **policy):
+    return ffcm_nodes(blocks, ledger, method="FederatedKMeans", **policy)
 
 
 def _fit(runtime, hook=None, **params):

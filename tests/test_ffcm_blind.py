@@ -14,23 +14,16 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from sklearn.datasets import make_blobs
+from test_attack_blind_kmeans import _blind_fit, _kept, _lie
 
 from skfedclust import FederatedFuzzyCMeans
 from skfedclust.clusterers import fuzzy_memberships
 from skfedclust.federation import Federation, InProcessRuntime, use_runtime
 from skfedclust.methods._fedkmeans_blind import (
-    _STATE,
     FUZZY_V1,
     TAG_RESULT,
-    TAG_REVEAL,
     TAG_ROUND,
     TAG_SETUP,
-    blind_iteration_step,
-    blind_release_step,
-    blind_reveal_step,
-    blind_setup_step,
-    encode,
-    ring_add,
 )
 from skfedclust.methods._ffcm import ffcm_client_moves
 from skfedclust.node import NodePolicy, NodeRefusal
@@ -43,75 +36,33 @@ def _blobs(n=240, seed=0):
     return X, y
 
 
-def _nodes(blocks, ledger=None, **policy):
-    """Nodes with a deployed node's default policy (and ``policy``) holding ``blocks``."""
+def _nodes(blocks, ledger=None, method=METHOD, **policy):
+    """Nodes of ``method`` with a deployed node's default policy (and ``policy``) holding
+    ``blocks``."""
     X = np.vstack(blocks)
     rows = np.split(np.arange(len(X)), np.cumsum([len(b) for b in blocks])[:-1])
     federation = Federation(X, rows)
     federation.spawn_seeds(np.random.RandomState(0))
     policy = NodePolicy(privacy_ledger="none" if ledger is None else str(ledger), **policy)
-    return InProcessRuntime(federation, policy=policy, method=METHOD, private_entropy=[4, 5])
+    return InProcessRuntime(federation, policy=policy, method=method, private_entropy=[4, 5])
 
 
 def _fit(runtime, participants, hook=None, setup_per_client=None, **params):
-    """The coordinator's own driver of a blind fuzzy c-means fit: ``{node: result or refusal}``.
+    """The coordinator's own driver (the k-means attack suite's) of a blind fuzzy c-means fit.
 
-    ``hook(runtime, stage)`` runs before each exchange after the set-up
-    (``"reveal"``, the round's number, ``"result"``).
+    ``{node: result or refusal}``; ``hook(runtime, stage)`` runs before each
+    exchange after the set-up (``"reveal"``, the round's number, ``"result"``).
     """
     params = {
         "n_clusters": 3,
-        "n_init": 1,
         "max_iter": 4,
         "tol": 0.0,
-        "init": None,
         "algorithm": FUZZY_V1,
         "fuzzifier": 2.0,
         "n_local_iter": 1,
         **params,
     }
-    runtime.run(
-        blind_setup_step,
-        tag=TAG_SETUP,
-        setup=True,
-        clients=participants,
-        participants=participants,
-        per_client=setup_per_client,
-        **params,
-    )
-    if hook:
-        hook(runtime, "reveal")
-    runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=participants)
-    for r in range(1, params["max_iter"] + 3):
-        if hook:
-            hook(runtime, r)
-        final = runtime.run(blind_iteration_step, tag=TAG_ROUND, clients=participants).list()
-        if all(final):
-            break
-    if hook:
-        hook(runtime, "result")
-    results = {}
-    for c in participants:
-        try:
-            results[c] = runtime.run(blind_release_step, tag=TAG_RESULT, clients=[c]).list()[0]
-        except NodeRefusal as refusal:
-            results[c] = refusal
-    return results
-
-
-def _kept(runtime, c):
-    return runtime.private_states()[c][_STATE]
-
-
-def _lie(runtime, colluder, delta):
-    """The colluder's upload of the round just delivered plus ``delta``, to every node alike."""
-    kept = _kept(runtime, colluder)
-    upload = ring_add(np.asarray(kept["own"]["upload"]), encode(delta, kept["scales"]))
-    kept["own"] = {**kept["own"], "upload": upload}
-    runtime._states[colluder][_STATE] = kept
-    for inbox in runtime._inboxes:
-        if colluder in inbox.get(TAG_ROUND, {}):
-            inbox[TAG_ROUND][colluder] = {**inbox[TAG_ROUND][colluder], "upload": upload}
+    return _blind_fit(runtime, participants, hook, setup_per_client, **params)
 
 
 def _reference_fcm(X, centers, m, n_steps):

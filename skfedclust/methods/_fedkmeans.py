@@ -36,7 +36,7 @@ from ..secure._sampling import (
     sampling_seed,
 )
 from ._base import BaseFederatedClustering, CentroidPredictMixin
-from ._fedkmeans_blind import run_blind_fit
+from ._fedkmeans_blind import coordinator_mode, run_blind_fit
 from ._fedkmeans_dp import _MARGIN, private_fit, sphere_packing_centers
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
 from ._fedkmeans_steps import (
@@ -61,12 +61,6 @@ from ._fedkmeans_steps import (
 )
 from ._fedkmeans_verified import run_verified_fit
 from ._kfed import kfed_local_centers, kfed_server_step, kfed_server_weighted_kmeans
-
-#: The most clients ``coordinator="auto"`` runs blind: every node receives every
-#: other node's upload each iteration, so a node's cost grows with the federation;
-#: at 50 clients (k=8, d=64) a node spends 2.5x the CPU and 59x the bytes of the
-#: mode where the coordinator adds the sums (``benchmarks/results/fedkmeans_blind.md``).
-BLIND_MAX_CLIENTS = 50
 
 #: Restarts of the server's weighted k-means++ on the local centers
 #: (``init="k-fed-weighted"``): server work only, no message.
@@ -980,13 +974,7 @@ class FederatedKMeans(
 
     def _coordinator_mode(self, runtime):
         """The mode this fit runs: ``coordinator``, with ``"auto"`` resolved."""
-        if self.coordinator != "auto":
-            return self.coordinator
-        if any(self._blind_unsupported().values()):
-            return "sees-totals"
-        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
-            return "sees-totals"
-        return "blind" if runtime.n_clients <= BLIND_MAX_CLIENTS else "verified"
+        return coordinator_mode(self.coordinator, self._blind_unsupported(), runtime.n_clients)
 
     def _blind_unsupported(self):
         """The options the coordinator-blind protocol does not run, by name."""

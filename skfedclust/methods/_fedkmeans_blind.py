@@ -52,6 +52,7 @@ from ..clusterers import nearest_center
 from ..federation import Reply, reads
 from ..node._declarations import data_independent, peer_masked, result, summary
 from ..node._gate import LOCKED_TO
+from ..node._policy import DEFAULT_MIN_SUM_PARTICIPANTS
 from ..node._refusal import NodeRefusal
 from ..node._sum_guard import value_keys
 from ..secure._secure_sum import keystream
@@ -68,6 +69,12 @@ TAG_RESULT = "blind result"
 _STATE = "blind k-means: state"
 #: Below any float64's binary exponent: the scales of rows without spread stay finite.
 _LEAST_EXPONENT = -1000
+#: The most clients ``coordinator="auto"`` runs blind: every node receives every
+#: other node's upload each iteration, so a node's cost grows with the federation;
+#: at 50 clients (k=8, d=64) a node spends 2.5x the CPU and 59x the bytes of the
+#: mode where the coordinator adds the sums (``benchmarks/results/fedkmeans_blind.md``); above
+#: it ``"auto"`` runs the verified mode (:mod:`._fedkmeans_verified`).
+BLIND_MAX_CLIENTS = 50
 #: The restarts of the weighted k-means++ every node runs on the local centers.
 START_RESTARTS = 10
 #: The server steps the nodes can run: Lloyd's, and fuzzy c-means' v1 aggregation.
@@ -1200,6 +1207,36 @@ def _check_release(policy, sizes, clients, whose="the result"):
 # --------------------------------------------------------------------------- #
 # The coordinator's part: relay, count rounds, compare the results
 # --------------------------------------------------------------------------- #
+def coordinator_mode(requested, unsupported, n_clients):
+    """The mode a fit runs: ``requested``, or for ``"auto"`` the nodes' where they can.
+
+    ``unsupported``: ``{option: whether the fit sets it}`` for the options the
+    nodes' protocols do not run; any set, or fewer clients than a sum takes,
+    runs ``"sees-totals"``. Otherwise ``"blind"`` up to
+    :data:`BLIND_MAX_CLIENTS` clients and ``"verified"`` above.
+    """
+    if requested != "auto":
+        return requested
+    if any(unsupported.values()) or n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
+        return "sees-totals"
+    return "blind" if n_clients <= BLIND_MAX_CLIENTS else "verified"
+
+
+def run_setup(runtime, clients, *, mode, **parameters):
+    """The set-up round of a fit the nodes run (``mode``: blind or verified); its replies."""
+    what = "fuzzy c-means" if parameters.get("algorithm") == FUZZY_V1 else "k-means"
+    runtime.stage(f"client step: {mode} {what} set-up (pair seeds, the start's local centers)")
+    return runtime.run(
+        blind_setup_step,
+        tag=TAG_SETUP,
+        setup=True,
+        clients=clients,
+        participants=clients,
+        mode=mode,
+        **parameters,
+    )
+
+
 def run_blind_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error, **algorithm):
     """Run a blind fit over every client of ``runtime``; the nodes' agreed result.
 
@@ -1213,20 +1250,8 @@ def run_blind_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error, **
     """
     clients = list(range(runtime.n_clients))
     what = "fuzzy c-means" if algorithm.get("algorithm") == FUZZY_V1 else "k-means"
-    runtime.stage(f"client step: blind {what} set-up (pair seeds, local centers, to peers)")
-    runtime.run(
-        blind_setup_step,
-        tag=TAG_SETUP,
-        setup=True,
-        clients=clients,
-        n_clusters=n_clusters,
-        n_init=n_init,
-        max_iter=max_iter,
-        tol=tol,
-        participants=clients,
-        init=init,
-        **algorithm,
-    )
+    parameters = dict(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter, tol=tol)
+    run_setup(runtime, clients, mode="blind", init=init, **parameters, **algorithm)
     runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
     # At most three rounds an iteration (Lloyd's, and the clusters' inertia and
     # far rows where one went empty), and the final upload.

@@ -423,20 +423,9 @@ def run_verified_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error,
     """
     clients = list(range(runtime.n_clients))
     what = "fuzzy c-means" if algorithm.get("algorithm") == blind.FUZZY_V1 else "k-means"
-    runtime.stage(f"client step: verified {what} set-up (pair seeds to neighbours, public part)")
-    public = runtime.run(
-        blind.blind_setup_step,
-        tag=blind.TAG_SETUP,
-        setup=True,
-        clients=clients,
-        n_clusters=n_clusters,
-        n_init=n_init,
-        max_iter=max_iter,
-        tol=tol,
-        participants=clients,
-        init=init,
-        mode="verified",
-        **algorithm,
+    parameters = dict(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter, tol=tol)
+    public = blind.run_setup(
+        runtime, clients, mode="verified", init=init, **parameters, **algorithm
     )
     announced = runtime.server(announce, public, participants=clients, start_drawn=init is None)
     runtime.broadcast(announced, tag=TAG_PUBLIC, clients=clients)

@@ -582,15 +582,10 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
 
     def _coordinator_mode(self, runtime):
         """The mode this fit runs: ``coordinator``, with ``"auto"`` resolved."""
-        from ._fedkmeans import BLIND_MAX_CLIENTS
+        # Imported here: the blind protocol's module imports this one's client steps.
+        from ._fedkmeans_blind import coordinator_mode
 
-        if self.coordinator != "auto":
-            return self.coordinator
-        if any(self._blind_unsupported().values()):
-            return "sees-totals"
-        if runtime.n_clients < DEFAULT_MIN_SUM_PARTICIPANTS:
-            return "sees-totals"
-        return "blind" if runtime.n_clients <= BLIND_MAX_CLIENTS else "verified"
+        return coordinator_mode(self.coordinator, self._blind_unsupported(), runtime.n_clients)
 
     def _run_blind(self, runtime):
         """v1 run by the nodes: the coordinator relays and receives the result only."""
