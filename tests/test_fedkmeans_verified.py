@@ -322,8 +322,40 @@ def test_local_centers_of_a_node_the_draw_did_not_name_are_refused():
 
         _each_inbox(runtime, verified.TAG_START, extra)
 
-    with pytest.raises(NodeRefusal, match="the draw did not name"):
+    with pytest.raises(NodeRefusal, match="not those of the nodes the draw named"):
         _fit(_nodes(blocks), hook=hook)
+
+
+def test_a_drawn_nodes_local_centers_left_out_are_refused():
+    # Leaving out some of the drawn local centers would let the coordinator choose
+    # among starts; every drawn node sends a coded message, even without centers.
+    def leave_out(runtime):
+        def fewer(c, shown):
+            local = dict(shown["local"])
+            del local[min(local)]
+            return {**shown, "local": local}
+
+        _each_inbox(runtime, verified.TAG_START, fewer)
+
+    refusal = _refused(leave_out, "start")
+    assert refusal.rule == "sampling"
+
+
+def test_a_drawn_node_too_small_for_local_centers_still_answers_the_draw():
+    X = _uniform(60)
+    # Node 0 holds one row: no local center of two rows on a default node. It
+    # answers the draw with an empty, coded message; the fit goes on.
+    blocks = [X[:1], X[1:30], X[30:45], X[45:]]
+    shown = {}
+
+    def keep(runtime, stage):
+        if stage == "start":
+            shown.update(runtime._inboxes[1][verified.TAG_START]["local"])
+
+    results = _fit(_nodes(blocks), n_clusters=2, hook=keep)
+    assert sorted(shown) == [0, 1, 2, 3]
+    assert np.asarray(shown[0]["local centers"]).shape == (0, 3)
+    assert not any(isinstance(r, NodeRefusal) for r in results.values())
 
 
 @pytest.mark.parametrize(

@@ -152,8 +152,13 @@ def drawn_nodes(draw, participants):
     order = sorted(participants)
     if len(order) <= START_NODES:
         return order
-    rng = np.random.default_rng(np.frombuffer(bytes(draw)[:16], np.uint64))
-    return sorted(int(p) for p in rng.choice(order, START_NODES, replace=False))
+    # Ranked by a hash of the draw and the node: the same on every machine,
+    # whatever its library versions.
+    rank = {
+        p: hashlib.blake2b(bytes(draw) + int(p).to_bytes(8, "big"), digest_size=16).digest()
+        for p in order
+    }
+    return sorted(sorted(order, key=rank.__getitem__)[:START_NODES])
 
 
 #: The most nodes whose local centers make the start of a verified fit: every
@@ -254,8 +259,10 @@ def verified_reveal_step(data, inbox, state, party):
         round=0,
     )
     message = {"agreement": agreement + _slot_mask(4, seeds, me, 0, "agreement")}
-    if me in drawn and kept["own local"] is not None:
-        centers, sizes = kept["own local"]
+    if me in drawn:
+        # A drawn node too small for local centers sends none, coded too: the
+        # coordinator can leave out no drawn node's centers unnoticed.
+        centers, sizes = kept["own local"] or (np.empty((0, data.shape[1])), np.empty(0, np.int64))
         message["local centers"], message["local sizes"] = centers, sizes
         message["code"] = _keyed(
             kept["key"], "verified local", me.to_bytes(8, "big"), _local_digest(centers, sizes)
@@ -277,8 +284,11 @@ def _open_verified_start(kept, inbox):
             "or draw): their words of agreement do not add up",
         )
     local = shown["local"]
-    if not isinstance(local, dict) or not set(local) <= set(kept["drawn"]):
-        raise NodeRefusal("sampling", "local centers of nodes the draw did not name")
+    if not isinstance(local, dict) or set(local) != set(kept["drawn"]):
+        raise NodeRefusal(
+            "sampling",
+            "the local centers shown are not those of the nodes the draw named, each once",
+        )
     checked = {}
     for p, message in local.items():
         centers = np.asarray(message["local centers"], dtype=np.float64)
@@ -292,7 +302,8 @@ def _open_verified_start(kept, inbox):
                 f"participant {p}'s local centers were shown to this node altered (their code "
                 "does not match)",
             )
-        checked[int(p)] = (centers, sizes)
+        if len(centers):
+            checked[int(p)] = (centers, sizes)
     kept["local"] = checked
     seed = _keyed(kept["key"], "verified start")
     return blind.open_start(kept, seed, view=None)
