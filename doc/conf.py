@@ -281,6 +281,9 @@ def _copy_benchmark_results():
             continue
         shutil.copy(md, target / md.name)
         titles[md.name] = first_line[2:].strip()
+    # The figures a page shows (``![...](scale.png)``), next to it.
+    for figure in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
+        shutil.copy(figure, target / figure.name)
     return titles
 
 

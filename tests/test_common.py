@@ -1,5 +1,7 @@
 """Checks every exported estimator against scikit-learn's conventions."""
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -10,6 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import check_param_validation, parametrize_with_checks
 
+from skfedclust import FederatedKMeans, KFed
 from skfedclust.utils import all_estimators
 
 ESTIMATORS = [cls for _, cls in all_estimators()]
@@ -109,6 +112,42 @@ def test_verbose_reports_stages(Estimator, capsys):
     out = capsys.readouterr().out
     assert f"[{Estimator.__name__}]" in out
     assert "client" in out and "server" in out
+
+
+def test_verbose_reports_each_lloyd_iteration_as_scikit_learn_does(capsys):
+    X, _ = make_blobs(300, centers=3, cluster_std=3.0, random_state=0)
+    model = FederatedKMeans(3, coordinator="sees-totals", init=X[:3], random_state=0, verbose=1)
+    model.fit(X, client_ids=np.arange(len(X)) % 3)
+    assert model.n_iter_ >= 3
+    out = capsys.readouterr().out
+    shifts = re.findall(r"\] iteration (\d+): center shift", out)
+    # Every iteration but the last prints its shift; the last says why it stopped.
+    assert [int(i) for i in shifts] == list(range(1, model.n_iter_))
+    assert f"converged at iteration {model.n_iter_}" in out
+
+
+def test_verbose_reports_blind_rounds_numbered(capsys):
+    X, _ = _blobs()
+    FederatedKMeans(3, coordinator="blind", random_state=0, verbose=1).fit(
+        X, client_ids=np.arange(len(X)) % 3
+    )
+    out = capsys.readouterr().out
+    rounds = re.findall(r"round (\d+) \(at most \d+\): a blind k-means step", out)
+    assert rounds and [int(r) for r in rounds] == list(range(1, len(rounds) + 1))
+
+
+def test_verbose_reports_progress_inside_a_long_client_step(capsys, monkeypatch):
+    from skfedclust.federation import _runtime
+
+    monkeypatch.setattr(_runtime, "PROGRESS_SECONDS", 0.0)
+    X, _ = _blobs()
+    KFed(3, random_state=0, verbose=1).fit(X, client_ids=np.arange(len(X)) % 4)
+    out = capsys.readouterr().out
+    done = re.findall(r"kfed_local_centers: (\d+) of 4 clients done", out)
+    assert [int(d) for d in done] == [1, 2, 3]
+    # Without verbose, nothing is printed.
+    KFed(3, random_state=0).fit(X, client_ids=np.arange(len(X)) % 4)
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)

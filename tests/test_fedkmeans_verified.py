@@ -62,7 +62,7 @@ def _fit(runtime, hook=None, **params):
     runtime.broadcast(announced, tag=verified.TAG_PUBLIC)
     if hook:
         hook(runtime, "public")
-    replies = runtime.run(verified.verified_reveal_step, tag=verified.TAG_TAGS, setup=True)
+    replies = runtime.run(verified.verified_reveal_step, tag=verified.TAG_AGREEMENT, setup=True)
     runtime.broadcast(runtime.server(verified.start_message, replies), tag=verified.TAG_START)
     if hook:
         hook(runtime, "start")
@@ -223,7 +223,7 @@ def test_honest_nodes_release_one_result_and_send_the_coordinator_only_the_decla
     for message in (m for m in runtime.ledger.messages if m.receiver == "server"):
         assert message.tag in (
             TAG_SETUP,
-            verified.TAG_TAGS,
+            verified.TAG_AGREEMENT,
             verified.TAG_UPLOAD,
             verified.TAG_RESULT,
         )
@@ -418,14 +418,14 @@ def test_parameters_that_differ_for_one_node_are_refused_before_any_upload():
         if change.get("mode") == "blind":
             # A node set up blind runs no step of the verified protocol.
             with pytest.raises(NodeRefusal) as refused:
-                runtime.run(verified.verified_reveal_step, tag=verified.TAG_TAGS, clients=[3])
+                runtime.run(verified.verified_reveal_step, tag=verified.TAG_AGREEMENT, clients=[3])
             assert refused.value.rule == "agreed-method"
             continue
         announced = runtime.server(
             verified.announce, public, participants=clients, start_drawn=True
         )
         runtime.broadcast(announced, tag=verified.TAG_PUBLIC)
-        replies = runtime.run(verified.verified_reveal_step, tag=verified.TAG_TAGS, setup=True)
+        replies = runtime.run(verified.verified_reveal_step, tag=verified.TAG_AGREEMENT, setup=True)
         runtime.broadcast(runtime.server(verified.start_message, replies), tag=verified.TAG_START)
         with pytest.raises(NodeRefusal, match="were not all told the same fit"):
             runtime.run(verified.verified_iteration_step, tag=verified.TAG_UPLOAD)

@@ -1576,11 +1576,16 @@ def test_local_deployment_fits_every_method_with_one_flwr_run(
     # A SuperNode stopped, its worker ends and removes its folder.
     for node in supernodes:
         node.terminate()
+    workers_directory = Path(local_deployment.tmpdir) / f"skfedclust-{os.getuid()}"
     deadline = time.monotonic() + 60
-    while step_worker.list_workers() and time.monotonic() < deadline:
+    # A worker unlists itself a moment before its folder is gone: wait for both.
+    while (step_worker.list_workers() or any(workers_directory.iterdir())) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     assert step_worker.list_workers() == []
-    assert not any((Path(local_deployment.tmpdir) / f"skfedclust-{os.getuid()}").iterdir())
+    left = {f.name: sorted(p.name for p in f.iterdir()) for f in workers_directory.iterdir()}
+    assert not left, f"step-worker folders left behind: {left}"
     # One method's run leaves the plain labels-path alone; nothing of the run
     # lands in the app folder, which the next run would bundle.
     assert not (data / "org_0_labels.npy").exists()

@@ -82,6 +82,9 @@ __all__ = [
     "use_runtime",
 ]
 
+#: Seconds between two progress lines of one long client step (``verbose=1``).
+PROGRESS_SECONDS = 5.0
+
 #: The package logger: progress of every protocol goes here. An estimator's
 #: ``verbose`` raises its level for the duration of ``fit``.
 logger = logging.getLogger("skfedclust")
@@ -925,12 +928,13 @@ class InProcessRuntime(Runtime):
             if side_by_side_threads > 1:
                 pool = thread_pool(side_by_side_threads, "client")
                 run = functools.partial(_run_step_with_config, get_config())
-                replies = list(pool.map(run, arguments))
+                replies = list(self._reporting(pool.map(run, arguments), step, len(targets)))
             elif in_turn:
                 # In turn on this thread: joblib's dispatch and scikit-learn's
                 # hand-over of its config (already in effect here) would cost
                 # about 50 us per step.
-                replies = [_run_step(*a) for a in arguments]
+                done = (_run_step(*a) for a in arguments)
+                replies = list(self._reporting(done, step, len(targets)))
             else:
                 replies = _map_steps(list(arguments), self.n_jobs)
         phase = self.ledger.open_phase(setup=setup, same_round=same_round)
@@ -952,6 +956,26 @@ class InProcessRuntime(Runtime):
         self._delivered[id(received)] = received
         self.trace.append((phase, tag, "client step", step.__name__, tuple(received)))
         return received
+
+    def _reporting(self, replies, step, n_targets):
+        """``replies`` as they come, with a progress line every few seconds of a long step.
+
+        With ``verbose=1`` a client step over thousands of clients would
+        otherwise print nothing for minutes.
+        """
+        if not logger.isEnabledFor(logging.INFO):
+            yield from replies
+            return
+        started = last = time.perf_counter()
+        for done, reply in enumerate(replies, 1):
+            yield reply
+            now = time.perf_counter()
+            if now - last >= PROGRESS_SECONDS and done < n_targets:
+                last = now
+                self.stage(
+                    f"{step.__name__}: {done:,} of {n_targets:,} clients done "
+                    f"in {now - started:.1f}s"
+                )
 
     def _lost(self, tag, party):
         """Whether the reply of ``party`` to exchange ``tag`` is lost (a test hook: never)."""

@@ -554,7 +554,8 @@ class DCClustering(BaseFederatedClustering):
         it without drawing from it, so a fit is reproducible; the analyst's
         side never sees them. On Flower each node draws its own.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``), and every few seconds of a
+        long client step how many clients are done; ``2`` adds debug detail.
 
     Attributes
     ----------

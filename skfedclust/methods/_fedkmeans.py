@@ -376,7 +376,12 @@ class FederatedKMeans(
         client sampling and the secure-sum graph (all public), and, in a
         simulation, the parties' private masks.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``): with
+        ``coordinator="sees-totals"`` each Lloyd iteration's center shift and
+        why the fit stopped, as scikit-learn's ``KMeans`` does; in the blind
+        and verified modes the rounds, numbered (the coordinator sees no
+        center); every few seconds of a long client step, how many clients
+        are done. ``2`` adds debug detail.
 
     Attributes
     ----------
@@ -842,13 +847,19 @@ class FederatedKMeans(
             runtime.stage(f"iteration {i + 1}: server step, new centers")
             new, converged = iteration.new_centers(centers, total, survivors)
             if converged:
+                runtime.stage(f"converged at iteration {i + 1}: strict convergence")
                 centers = new
                 break
             shift = float(((new - centers) ** 2).sum())
             visited.add(centers.tobytes())
             centers = new
             if shift <= tol:
+                runtime.stage(
+                    f"converged at iteration {i + 1}: center shift {shift:.3g} within "
+                    f"tolerance {tol:.3g}"
+                )
                 break
+            runtime.stage(f"iteration {i + 1}: center shift {shift:.3g}")
             if self.secure_aggregation and centers.tobytes() in visited:
                 # With client sampling the centers can return exactly to an
                 # earlier state (a fixed point of a sample drawn again): the

@@ -395,7 +395,9 @@ def blind_setup_step(
     if start is not None:
         common["local centers"], common["local sizes"] = start
     if mode == "verified":
-        return _verified_setup(party, participants, common, parameters, nonce, locals())
+        from ._fedkmeans_verified import verified_setup
+
+        return verified_setup(party, participants, common, parameters, locals())
     seeds = {}
     to_peers = {}
     for other in participants:
@@ -426,60 +428,6 @@ def blind_setup_step(
         },
     }
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
-
-
-def _verified_setup(party, participants, common, parameters, nonce, given):
-    """The set-up of ``mode="verified"``: seeds to neighbours, the code key, the public part.
-
-    Pair seeds go to the node's neighbours only (those of higher index draw
-    them); the lowest participant draws the key of the fit's codes, sends it
-    sealed to every other participant, and tells the coordinator the draw of
-    the nodes whose local centers make the start (a hash of the key: the
-    coordinator cannot choose it). The coordinator gets the row count and the
-    binary order of the largest value; the local centers stay on the node
-    until the draw asks for them.
-    """
-    from ._fedkmeans_verified import draw_digest, neighbours
-
-    me = party.index
-    near = neighbours(participants, me)
-    seeds, to_peers = {}, {}
-    for other in near:
-        if other > me:
-            seeds[other] = party.secret_bytes(32)
-            to_peers[other] = {"pair seed": seeds[other]}
-    key = None
-    public = {"rows": common["rows"], "exponent": common["exponent"]}
-    if me == participants[0]:
-        key = party.secret_bytes(32)
-        for other in participants[1:]:
-            to_peers[other] = {**to_peers.get(other, {}), "code key": key}
-        public["draw"] = draw_digest(key)
-    init = given["init"]
-    local = None
-    if "local centers" in common:
-        local = (common["local centers"], common["local sizes"])
-    state = {
-        "stage": "set up",
-        "mode": "verified",
-        "parameters": parameters,
-        "n_clusters": int(given["n_clusters"]),
-        "n_init": int(given["n_init"]),
-        "max_iter": int(given["max_iter"]),
-        "tol": float(given["tol"]),
-        "algorithm": given["algorithm"],
-        "fuzzifier": given["fuzzifier"],
-        "n_local_iter": given["n_local_iter"],
-        "init": None if init is None else np.asarray(init, dtype=np.float64),
-        "participants": participants,
-        "neighbours": near,
-        "seeds": seeds,
-        "key": key,
-        "own": public,
-        "own local": local,
-    }
-    keep = {LOCKED_TO: (__name__, "skfedclust.methods._fedkmeans_verified"), _STATE: state}
-    return Reply(to_peers=to_peers, keep=keep, send=public)
 
 
 # The nonce and the digest of the set-up round (a commitment to what the
@@ -518,6 +466,7 @@ def blind_reveal_step(data, inbox, state, party):
         "seeds": seeds,
         "rows": rows,
         "n_rows": n_rows,
+        "holders": sum(1 for count in rows.values() if count > 0),
         "n_features": data.shape[1],
         "exponents": {p: int(m["exponent"]) for p, m in everyone.items()},
         "commitments": {p: _as_bytes(m["commitment"]) for p, m in everyone.items()},
@@ -1031,9 +980,8 @@ def _fuzzy_totals(kept, run, block, k, d):
         np.any(present != np.rint(present))
         or np.any(present < 0)
         or np.any(present > participants)
-        # Every node holding rows has a nearest center for each (a verified fit's
-        # nodes know only that some node holds rows).
-        or present.sum() < sum(1 for rows in kept.get("rows", {0: 1}).values() if rows > 0)
+        # Every node holding rows has a nearest center for each.
+        or present.sum() < kept["holders"]
     ):
         raise NodeRefusal("well-formed", "the clusters' client counts cannot be right")
     filled = masses > 0
@@ -1255,8 +1203,10 @@ def run_blind_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error, **
     runtime.run(blind_reveal_step, tag=TAG_REVEAL, setup=True, clients=clients)
     # At most three rounds an iteration (Lloyd's, and the clusters' inertia and
     # far rows where one went empty), and the final upload.
-    for _ in range(3 * max_iter + 1):
-        runtime.stage(f"client step: a blind {what} iteration on the nodes")
+    rounds = 3 * max_iter + 1
+    for r in range(rounds):
+        # The coordinator sees no center: only that the nodes go on.
+        runtime.stage(f"round {r + 1} (at most {rounds}): a blind {what} step on the nodes")
         final = [bool(s) for s in runtime.run(blind_iteration_step, tag=TAG_ROUND).list()]
         if any(final) != all(final):
             raise error(

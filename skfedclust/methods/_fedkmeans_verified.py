@@ -49,12 +49,13 @@ import numpy as np
 
 from ..federation import Reply, reads
 from ..node._declarations import masked_sum, result, summary
+from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
 from . import _fedkmeans_blind as blind
 
 TAG_PUBLIC = "verified set-up"
-TAG_TAGS = "verified agreement"
+TAG_AGREEMENT = "verified agreement"
 TAG_START = "verified start"
 TAG_UPLOAD = "verified upload"
 TAG_TOTAL = "verified total"
@@ -202,6 +203,58 @@ def _local_digest(centers, sizes):
 
 # --------------------------------------------------------------------------- #
 # Client steps (the set-up is blind_setup_step with mode="verified")
+def verified_setup(party, participants, common, parameters, given):
+    """The set-up of ``mode="verified"``: seeds to neighbours, the code key, the public part.
+
+    Pair seeds go to the node's neighbours only (those of higher index draw
+    them); the lowest participant draws the key of the fit's codes, sends it
+    sealed to every other participant, and tells the coordinator the draw of
+    the nodes whose local centers make the start (a hash of the key: the
+    coordinator cannot choose it). The coordinator gets the row count and the
+    binary order of the largest value; the local centers stay on the node
+    until the draw asks for them.
+    """
+    me = party.index
+    near = neighbours(participants, me)
+    seeds, to_peers = {}, {}
+    for other in near:
+        if other > me:
+            seeds[other] = party.secret_bytes(32)
+            to_peers[other] = {"pair seed": seeds[other]}
+    key = None
+    public = {"rows": common["rows"], "exponent": common["exponent"]}
+    if me == participants[0]:
+        key = party.secret_bytes(32)
+        for other in participants[1:]:
+            to_peers[other] = {**to_peers.get(other, {}), "code key": key}
+        public["draw"] = draw_digest(key)
+    init = given["init"]
+    local = None
+    if "local centers" in common:
+        local = (common["local centers"], common["local sizes"])
+    state = {
+        "stage": "set up",
+        "mode": "verified",
+        "parameters": parameters,
+        "n_clusters": int(given["n_clusters"]),
+        "n_init": int(given["n_init"]),
+        "max_iter": int(given["max_iter"]),
+        "tol": float(given["tol"]),
+        "algorithm": given["algorithm"],
+        "fuzzifier": given["fuzzifier"],
+        "n_local_iter": given["n_local_iter"],
+        "init": None if init is None else np.asarray(init, dtype=np.float64),
+        "participants": participants,
+        "neighbours": near,
+        "seeds": seeds,
+        "key": key,
+        "own": public,
+        "own local": local,
+    }
+    keep = {LOCKED_TO: (blind.__name__, __name__), blind._STATE: state}
+    return Reply(to_peers=to_peers, keep=keep, send=public)
+
+
 # --------------------------------------------------------------------------- #
 @summary
 @reads(blind.TAG_SETUP, TAG_PUBLIC)
@@ -252,6 +305,8 @@ def verified_reveal_step(data, inbox, state, party):
         stage="revealed",
         seeds=seeds,
         n_rows=rows,
+        # Only that some node holds rows: the coordinator adds the row counts.
+        holders=1,
         exponents={"announced": exponent},
         n_features=data.shape[1],
         drawn=drawn,
@@ -440,10 +495,11 @@ def run_verified_fit(runtime, *, n_clusters, n_init, max_iter, tol, init, error,
     )
     announced = runtime.server(announce, public, participants=clients, start_drawn=init is None)
     runtime.broadcast(announced, tag=TAG_PUBLIC, clients=clients)
-    replies = runtime.run(verified_reveal_step, tag=TAG_TAGS, setup=True, clients=clients)
+    replies = runtime.run(verified_reveal_step, tag=TAG_AGREEMENT, setup=True, clients=clients)
     runtime.broadcast(runtime.server(start_message, replies), tag=TAG_START, clients=clients)
-    for _ in range(3 * max_iter + 1):
-        runtime.stage(f"client step: a verified {what} iteration on the nodes")
+    rounds = 3 * max_iter + 1
+    for r in range(rounds):
+        runtime.stage(f"round {r + 1} (at most {rounds}): a verified {what} step on the nodes")
         uploads = runtime.run(verified_iteration_step, tag=TAG_UPLOAD, clients=clients)
         runtime.stage("server step: the sum of the masked uploads")
         total, finals = runtime.server(add_uploads, uploads)

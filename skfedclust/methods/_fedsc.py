@@ -406,7 +406,8 @@ class FedSpectralClustering(BaseFederatedClustering):
         Seeds the partition, the initial dictionary, the clients' noise and
         subsamples, and the spectral clustering.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``), and every few seconds of a
+        long client step how many clients are done; ``2`` adds debug detail.
 
     Attributes
     ----------

@@ -348,7 +348,8 @@ class FederatedFuzzyCMeans(CentroidPredictMixin, BaseFederatedClustering):
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the seed client, its seeding and the v2 k-means.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``), and every few seconds of a
+        long client step how many clients are done; ``2`` adds debug detail.
 
     Attributes
     ----------

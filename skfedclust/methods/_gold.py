@@ -572,7 +572,8 @@ class GOLDClustering(BaseFederatedClustering):
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, every client's FCPL and the server.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``), and every few seconds of a
+        long client step how many clients are done; ``2`` adds debug detail.
 
     Attributes
     ----------

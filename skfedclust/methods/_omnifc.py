@@ -269,7 +269,8 @@ class OmniFCClustering(BaseFederatedClustering):
         and the clusterer. An int is passed to the clusterer unchanged, so the
         result equals the centralized method run with the same seed.
     verbose : int, default=0
-        Print progress per protocol stage.
+        Print progress per protocol stage (``1``), and every few seconds of a
+        long client step how many clients are done; ``2`` adds debug detail.
 
     Attributes
     ----------
