@@ -243,13 +243,19 @@ def _run_cli(*argv):
     return status, out.getvalue()
 
 
-def test_workers_list_and_stop_name_this_users_workers(private_tmp):
+def _two_nodes_workers():
+    """A worker-backed ClientApp and the pids of the workers it started for nodes 7 and 8."""
     app = make_worker_client_app("flower_toy_app:app")
     pids = []
     for node_id in (7, 8):
         context = _context(**{"step-worker": True})
         context.node_id = node_id
         pids.append(app(_message(0), context).content["reply"]["pid"])
+    return app, pids
+
+
+def test_workers_list_and_stop_name_this_users_workers(private_tmp):
+    app, pids = _two_nodes_workers()
     status, printed = _run_cli("workers", "list")
     assert status == 0
     header, *lines = printed.splitlines()
@@ -292,12 +298,7 @@ def test_workers_stop_refuses_what_is_not_a_running_worker(private_tmp, capsys):
 
 
 def test_workers_stop_all_stops_the_running_and_removes_the_ended_workers_folders(private_tmp):
-    app = make_worker_client_app("flower_toy_app:app")
-    pids = []
-    for node_id in (7, 8):
-        context = _context(**{"step-worker": True})
-        context.node_id = node_id
-        pids.append(app(_message(0), context).content["reply"]["pid"])
+    app, pids = _two_nodes_workers()
     # A worker killed outright cannot remove its folder: listed as ended.
     os.kill(pids[0], 9)
     assert _wait_until(lambda: _ended(pids[0]), 5)

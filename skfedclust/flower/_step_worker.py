@@ -655,9 +655,7 @@ def _answer_until_done(server, app, idle, node, stop):
             connection, _ = server.accept()
         except TimeoutError:
             continue
-        with connection:
-            connection.settimeout(None)
-            _handle(app, connection)
+        _answer(app, connection)
         last = time.monotonic()
 
 
@@ -677,11 +675,16 @@ def _leave(server, app, folder, locked):
             connection, _ = server.accept()
         except BlockingIOError:
             break
-        with connection:
-            connection.setblocking(True)
-            _handle(app, connection)
+        _answer(app, connection)
     if own:
         _remove_folder(folder)
+
+
+def _answer(app, connection):
+    """Answer one accepted connection, waiting on it whatever the listening socket's timeout."""
+    with connection:
+        connection.settimeout(None)
+        _handle(app, connection)
 
 
 def _remove_folder(folder):
