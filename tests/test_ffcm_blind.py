@@ -287,6 +287,29 @@ def test_totals_that_cannot_be_right_are_refused(entry, amount):
     assert refused.value.rule == "well-formed"
 
 
+@pytest.mark.parametrize(
+    "holders, present, refused",
+    [(3, [1, 1, 1], False), (3, [1, 0, 1], True), (1, [1, 0, 0], False), (1, [0, 0, 0], True)],
+    ids=["blind-enough", "blind-too-few", "verified-enough", "verified-none"],
+)
+def test_every_node_holding_rows_must_be_present_somewhere(holders, present, refused):
+    # Each node holding rows has a nearest center for each of them: the
+    # presence counts add up to at least the nodes holding rows (a blind fit
+    # knows each node's row count; a verified fit only that some node has rows).
+    from skfedclust.methods._fedkmeans_blind import _fuzzy_totals, _Run
+
+    k, d = 3, 2
+    kept = {"n_rows": 30, "participants": [0, 1, 2], "holders": holders, "max_iter": 5}
+    block = np.concatenate([np.zeros(k * d), [10.0] * k, [5.0] * k, present])
+    run = _Run(np.zeros((k, d)), phase="fuzzy")
+    if refused:
+        with pytest.raises(NodeRefusal, match="client counts cannot be right"):
+            _fuzzy_totals(kept, run, block, k, d)
+    else:
+        _fuzzy_totals(kept, run, block, k, d)
+        assert run.n_iter == 1
+
+
 def test_the_release_checks_each_centers_effective_rows():
     # A diffuse cluster: its far rows weigh little, so its center rests on fewer
     # effective rows, (sum w)^2 / sum w^2 (Kish), than it holds nearest rows.
