@@ -221,6 +221,20 @@ def _as_bytes(value):
 # --------------------------------------------------------------------------- #
 # What a node keeps between rounds
 # --------------------------------------------------------------------------- #
+def own_local_centers(data, inbox, state, party, n_clusters):
+    """The node's local centers and sizes for a k-FED start, or ``None``.
+
+    Local k-means with at most one center per min-rows-per-vector of the
+    node's rows, none of them a row: what its policy lets it tell its peers (a
+    node too small for any sends none). Seeded by the node's public seed: the
+    same in whichever round it runs.
+    """
+    local = ffcm_local_centers(data, inbox, state, party, n_centers=n_clusters).send
+    if local is None:
+        return None
+    return np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64)
+
+
 class _Run:
     """One Lloyd run of a node (``n_init`` runs move in the same rounds)."""
 
@@ -366,13 +380,10 @@ def blind_setup_step(
     me = party.index
     nonce = party.secret_bytes(32)
     start = None
-    if init is None:
-        # Local k-means with at most one center per min-rows-per-vector of the
-        # node's rows, none of them a row: what its policy lets it tell its peers
-        # (a node too small for any sends none).
-        local = ffcm_local_centers(data, inbox, state, party, n_centers=n_clusters).send
-        if local is not None:
-            start = (np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64))
+    if init is None and mode == "blind":
+        # A verified fit's start takes the local centers of a few drawn nodes,
+        # which compute them when drawn (verified_reveal_step).
+        start = own_local_centers(data, inbox, state, party, n_clusters)
     public = (int(n_clusters), int(n_init), int(max_iter), float(tol), participants)
     if algorithm == FUZZY_V1:
         public += (algorithm, fuzzifier, n_local_iter)

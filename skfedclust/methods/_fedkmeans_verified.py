@@ -229,9 +229,6 @@ def verified_setup(party, participants, common, parameters, given):
             to_peers[other] = {**to_peers.get(other, {}), "code key": key}
         public["draw"] = draw_digest(key)
     init = given["init"]
-    local = None
-    if "local centers" in common:
-        local = (common["local centers"], common["local sizes"])
     state = {
         "stage": "set up",
         "mode": "verified",
@@ -249,7 +246,6 @@ def verified_setup(party, participants, common, parameters, given):
         "seeds": seeds,
         "key": key,
         "own": public,
-        "own local": local,
     }
     keep = {LOCKED_TO: (blind.__name__, __name__), blind._STATE: state}
     return Reply(to_peers=to_peers, keep=keep, send=public)
@@ -317,7 +313,10 @@ def verified_reveal_step(data, inbox, state, party):
     if me in drawn:
         # A drawn node too small for local centers sends none, coded too: the
         # coordinator can leave out no drawn node's centers unnoticed.
-        centers, sizes = kept["own local"] or (np.empty((0, data.shape[1])), np.empty(0, np.int64))
+        # Only a drawn node computes its local centers: at 10,000 nodes the
+        # others' local k-means would cost more than the whole fit.
+        local = blind.own_local_centers(data, inbox, state, party, kept["n_clusters"])
+        centers, sizes = local or (np.empty((0, data.shape[1])), np.empty(0, np.int64))
         message["local centers"], message["local sizes"] = centers, sizes
         message["code"] = _keyed(
             kept["key"], "verified local", me.to_bytes(8, "big"), _local_digest(centers, sizes)
