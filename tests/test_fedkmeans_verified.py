@@ -305,6 +305,23 @@ def test_drawn_local_centers_the_coordinator_rewrote_are_refused():
     assert refusal.rule == "consistent-view" and "participant 3's local centers" in str(refusal)
 
 
+def test_the_draw_names_distinct_participants_a_key_chooses():
+    participants = list(range(0, 20_000, 2))
+    draws = [verified.draw_digest(bytes([i]) * 32) for i in range(40)]
+    chosen = [verified.drawn_nodes(draw, participants) for draw in draws]
+    for nodes in chosen:
+        assert len(set(nodes)) == verified.START_NODES and set(nodes) <= set(participants)
+    # The same on every node (the order of the list it was given does not matter),
+    # another for another key; over 40 keys every part of the roster is drawn.
+    assert verified.drawn_nodes(draws[0], participants[::-1]) == chosen[0]
+    assert len({tuple(nodes) for nodes in chosen}) == len(draws)
+    drawn = np.concatenate(chosen)
+    counts, _ = np.histogram(drawn, bins=10, range=(0, 20_000))
+    assert counts.min() > 0.5 * len(drawn) / 10
+    # Up to START_NODES participants, every one of them.
+    assert verified.drawn_nodes(draws[0], [5, 3, 9]) == [3, 5, 9]
+
+
 def test_local_centers_of_a_node_the_draw_did_not_name_are_refused():
     X = _uniform(60 * 10)
     blocks = np.array_split(X, 60)

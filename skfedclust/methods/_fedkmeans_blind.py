@@ -285,11 +285,15 @@ def _check_views(messages, own_view, tag):
 
 
 def _check_parameters(party, n_clusters, n_init, max_iter, tol, participants):
-    """The fit's parameters against the node's policy, before anything is computed."""
+    """The fit's parameters against the node's policy, before anything is computed.
+
+    ``participants`` is sorted (the set-up sorts it).
+    """
     policy = party.policy
     if party.index not in participants:
         raise NodeRefusal("well-formed", f"party {party.index} is not among the participants")
-    if len(set(participants)) != len(participants):
+    ids = np.asarray(participants)
+    if np.any(ids[1:] == ids[:-1]):  # sorted: a repeat is next to itself
         # A party named twice would count twice towards min-sum-participants.
         raise NodeRefusal("well-formed", f"participants {participants} name a party more than once")
     if len(participants) < policy.min_sum_participants:
@@ -372,7 +376,8 @@ def blind_setup_step(
             blind_setup_step,
             what="starts a blind fit from centers the coordinator chose (an array init)",
         )
-    participants = sorted(int(p) for p in participants)
+    # One conversion in C: each node reads the list of every participant.
+    participants = np.sort(np.asarray(participants, dtype=np.int64).ravel()).tolist()
     _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
     fuzzifier, n_local_iter = _check_algorithm(algorithm, fuzzifier, n_local_iter, n_init)
     if mode not in ("blind", "verified"):
@@ -384,13 +389,14 @@ def blind_setup_step(
         # A verified fit's start takes the local centers of a few drawn nodes,
         # which compute them when drawn (verified_reveal_step).
         start = own_local_centers(data, inbox, state, party, n_clusters)
-    public = (int(n_clusters), int(n_init), int(max_iter), float(tol), participants)
+    public = (int(n_clusters), int(n_init), int(max_iter), float(tol))
     if algorithm == FUZZY_V1:
         public += (algorithm, fuzzifier, n_local_iter)
     if mode != "blind":
         public += (mode,)
     parameters = _digest(
         repr(public).encode(),
+        np.asarray(participants, dtype=np.int64),
         b"" if init is None else np.asarray(init, dtype=np.float64),
     )
     common = {

@@ -149,17 +149,26 @@ def draw_digest(key):
 
 
 def drawn_nodes(draw, participants):
-    """The at most :data:`START_NODES` participants whose local centers make the start."""
+    """The at most :data:`START_NODES` participants whose local centers make the start.
+
+    Positions in the sorted participants drawn without replacement from a
+    keystream under the draw (64-bit words modulo their number: a bias below
+    ``n / 2**64``): the same on every machine, and each node checks the
+    announced nodes at a cost that does not grow with the federation.
+    """
     order = sorted(participants)
-    if len(order) <= START_NODES:
+    n = len(order)
+    if n <= START_NODES:
         return order
-    # Ranked by a hash of the draw and the node: the same on every machine,
-    # whatever its library versions.
-    rank = {
-        p: hashlib.blake2b(bytes(draw) + int(p).to_bytes(8, "big"), digest_size=16).digest()
-        for p in order
-    }
-    return sorted(sorted(order, key=rank.__getitem__)[:START_NODES])
+    chosen, batch = set(), 0
+    while len(chosen) < START_NODES:
+        words = keystream(bytes(draw), b"verified start nodes|%d" % batch, 2 * START_NODES)
+        for position in (words % np.uint64(n)).tolist():
+            chosen.add(position)
+            if len(chosen) == START_NODES:
+                break
+        batch += 1
+    return sorted(order[position] for position in chosen)
 
 
 #: The most nodes whose local centers make the start of a verified fit: every
