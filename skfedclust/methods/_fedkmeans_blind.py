@@ -376,8 +376,9 @@ def blind_setup_step(
             blind_setup_step,
             what="starts a blind fit from centers the coordinator chose (an array init)",
         )
-    # One conversion in C: each node reads the list of every participant.
-    participants = np.sort(np.asarray(participants, dtype=np.int64).ravel()).tolist()
+    # int() returns a Python int itself: in a simulation the nodes' lists share
+    # the coordinator's int objects (new ones would cost n^2 of them).
+    participants = sorted(map(int, participants))
     _check_parameters(party, n_clusters, n_init, max_iter, tol, participants)
     fuzzifier, n_local_iter = _check_algorithm(algorithm, fuzzifier, n_local_iter, n_init)
     if mode not in ("blind", "verified"):
