@@ -225,11 +225,11 @@ HEADER = [
 NOTES = """## Notes
 
 **Per client, the cost stays flat with the federation's size.** A client's bytes do not
-grow from 100 to 10,000 clients for any of the four: `FederatedKMeans` runs `verified`
-above 50 clients (masks shared with about 2 log2 n neighbours, one upload and the total
-back per round); KFed and FeCA send their local centers once. The fit's time grows with
-the clients because this machine runs every client in turn; per client it stays within a
-small factor (the log n neighbours of the verified mode).
+grow from 100 to 10,000 clients for `FederatedKMeans` (`verified` above 50 clients:
+masks from about 2 log2 n neighbours' seeds, one upload and the total back per round),
+KFed and FeCA (their local centers, once); GOLD's grow as the log of the clients (the
+neighbours of its secure sums). The fit's time grows with the clients because this
+machine runs every client in turn; per client it stays within a small factor.
 
 **GOLD's server grows with the square of the clients.** Its first server competition is
 seeded with half the clients' micro-centroids (`server_init=0.5`, the authors' choice),
