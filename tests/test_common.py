@@ -136,12 +136,13 @@ def test_verbose_reports_blind_rounds_numbered(capsys):
     assert rounds and [int(r) for r in rounds] == list(range(1, len(rounds) + 1))
 
 
-def test_verbose_reports_progress_inside_a_long_client_step(capsys, monkeypatch):
+@pytest.mark.parametrize("n_jobs", [None, 2])
+def test_verbose_reports_progress_inside_a_long_client_step(capsys, monkeypatch, n_jobs):
     from skfedclust.federation import _runtime
 
     monkeypatch.setattr(_runtime, "PROGRESS_SECONDS", 0.0)
     X, _ = _blobs()
-    KFed(3, random_state=0, verbose=1).fit(X, client_ids=np.arange(len(X)) % 4)
+    KFed(3, random_state=0, verbose=1, n_jobs=n_jobs).fit(X, client_ids=np.arange(len(X)) % 4)
     out = capsys.readouterr().out
     done = re.findall(r"kfed_local_centers: (\d+) of 4 clients done", out)
     assert [int(d) for d in done] == [1, 2, 3]

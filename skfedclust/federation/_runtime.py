@@ -503,7 +503,7 @@ def _run_step_with_config(config, arguments):
 
 
 def _map_steps(arguments, n_jobs):
-    """Run client steps side by side, replies in the order of ``arguments``.
+    """Run client steps side by side: an iterable of the replies in the order of ``arguments``.
 
     With joblib's threading backend active (the default a protocol asks for
     with ``prefer="threads"``, or the user's choice), the steps go to a
@@ -514,7 +514,8 @@ def _map_steps(arguments, n_jobs):
     if not isinstance(backend, ThreadingBackend):
         return Parallel(n_jobs=n_jobs)(delayed(_run_step)(*a) for a in arguments)
     pool = thread_pool(effective_n_jobs(n_jobs), "client")
-    return list(pool.map(functools.partial(_run_step_with_config, get_config()), arguments))
+    # As they finish, in order: the caller reports progress on a long step.
+    return pool.map(functools.partial(_run_step_with_config, get_config()), arguments)
 
 
 class Runtime:
@@ -936,7 +937,8 @@ class InProcessRuntime(Runtime):
                 done = (_run_step(*a) for a in arguments)
                 replies = list(self._reporting(done, step, len(targets)))
             else:
-                replies = _map_steps(list(arguments), self.n_jobs)
+                mapped = _map_steps(list(arguments), self.n_jobs)
+                replies = list(self._reporting(mapped, step, len(targets)))
         phase = self.ledger.open_phase(setup=setup, same_round=same_round)
         sent = {}
         for c, reply in zip(targets, replies):
