@@ -221,15 +221,17 @@ def _as_bytes(value):
 # --------------------------------------------------------------------------- #
 # What a node keeps between rounds
 # --------------------------------------------------------------------------- #
-def own_local_centers(data, inbox, state, party, n_clusters):
+def own_local_centers(party, data, n_clusters):
     """The node's local centers and sizes for a k-FED start, or ``None``.
 
     Local k-means with at most one center per min-rows-per-vector of the
     node's rows, none of them a row: what its policy lets it tell its peers (a
     node too small for any sends none). Seeded by the node's public seed: the
-    same in whichever round it runs.
+    same in whichever round it runs. A helper of the steps that send them, not
+    a step (its arguments are not a step's, so no coordinator can name it).
     """
-    local = ffcm_local_centers(data, inbox, state, party, n_centers=n_clusters).send
+    # ffcm_local_centers reads neither an inbox nor a state.
+    local = ffcm_local_centers(data, {}, {}, party, n_centers=n_clusters).send
     if local is None:
         return None
     return np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64)
@@ -389,7 +391,7 @@ def blind_setup_step(
     if init is None and mode == "blind":
         # A verified fit's start takes the local centers of a few drawn nodes,
         # which compute them when drawn (verified_reveal_step).
-        start = own_local_centers(data, inbox, state, party, n_clusters)
+        start = own_local_centers(party, data, n_clusters)
     public = (int(n_clusters), int(n_init), int(max_iter), float(tol))
     if algorithm == FUZZY_V1:
         public += (algorithm, fuzzifier, n_local_iter)

@@ -324,7 +324,7 @@ def verified_reveal_step(data, inbox, state, party):
         # coordinator can leave out no drawn node's centers unnoticed.
         # Only a drawn node computes its local centers: at 10,000 nodes the
         # others' local k-means would cost more than the whole fit.
-        local = blind.own_local_centers(data, inbox, state, party, kept["n_clusters"])
+        local = blind.own_local_centers(party, data, kept["n_clusters"])
         centers, sizes = local or (np.empty((0, data.shape[1])), np.empty(0, np.int64))
         message["local centers"], message["local sizes"] = centers, sizes
         message["code"] = _keyed(
