@@ -57,7 +57,7 @@ from ..node._refusal import NodeRefusal
 from ..node._sum_guard import value_keys
 from ..secure._secure_sum import keystream
 from ._fedkmeans_relocation import donor_clusters, relocate_empty
-from ._ffcm import ffcm_local_centers, fuzzy_local_update
+from ._ffcm import fuzzy_local_update, local_centers
 from ._kfed import weighted_kmeans_on_centers
 from ._lloyd_pass import lloyd_pass
 
@@ -221,22 +221,6 @@ def _as_bytes(value):
 # --------------------------------------------------------------------------- #
 # What a node keeps between rounds
 # --------------------------------------------------------------------------- #
-def own_local_centers(party, data, n_clusters):
-    """The node's local centers and sizes for a k-FED start, or ``None``.
-
-    Local k-means with at most one center per min-rows-per-vector of the
-    node's rows, none of them a row: what its policy lets it tell its peers (a
-    node too small for any sends none). Seeded by the node's public seed: the
-    same in whichever round it runs. A helper of the steps that send them, not
-    a step (its arguments are not a step's, so no coordinator can name it).
-    """
-    # ffcm_local_centers reads neither an inbox nor a state.
-    local = ffcm_local_centers(data, {}, {}, party, n_centers=n_clusters).send
-    if local is None:
-        return None
-    return np.asarray(local[0], dtype=np.float64), np.asarray(local[1], dtype=np.int64)
-
-
 class _Run:
     """One Lloyd run of a node (``n_init`` runs move in the same rounds)."""
 
@@ -386,12 +370,9 @@ def blind_setup_step(
     if mode not in ("blind", "verified"):
         raise NodeRefusal("well-formed", f"mode={mode!r}; the nodes run 'blind' or 'verified'")
     me = party.index
+    # Drawn first in both modes, so that the rest of the private stream does
+    # not depend on the mode's branch below.
     nonce = party.secret_bytes(32)
-    start = None
-    if init is None and mode == "blind":
-        # A verified fit's start takes the local centers of a few drawn nodes,
-        # which compute them when drawn (verified_reveal_step).
-        start = own_local_centers(party, data, n_clusters)
     public = (int(n_clusters), int(n_init), int(max_iter), float(tol))
     if algorithm == FUZZY_V1:
         public += (algorithm, fuzzifier, n_local_iter)
@@ -402,9 +383,20 @@ def blind_setup_step(
         np.asarray(participants, dtype=np.int64),
         b"" if init is None else np.asarray(init, dtype=np.float64),
     )
-    common = {
+    settings = {
+        "stage": "set up",
         "parameters": parameters,
-        "commitment": _digest(b"nonce", nonce),
+        "n_clusters": int(n_clusters),
+        "n_init": int(n_init),
+        "max_iter": int(max_iter),
+        "tol": float(tol),
+        "algorithm": algorithm,
+        "fuzzifier": fuzzifier,
+        "n_local_iter": n_local_iter,
+        "init": None if init is None else np.asarray(init, dtype=np.float64),
+        "participants": participants,
+    }
+    attested = {
         "rows": np.int64(data.shape[0]),
         # The binary order of the node's largest value fixes the fixed-point
         # scales; sent here, so that every node checks all saw the same before
@@ -412,12 +404,15 @@ def blind_setup_step(
         # make some uploads round to nothing and isolate the others).
         "exponent": np.int64(_binary_order(np.abs(data).max() if data.size else 0.0)),
     }
-    if start is not None:
-        common["local centers"], common["local sizes"] = start
     if mode == "verified":
         from ._fedkmeans_verified import verified_setup
 
-        return verified_setup(party, participants, common, parameters, locals())
+        return verified_setup(party, settings, attested)
+    common = {"parameters": parameters, "commitment": _digest(b"nonce", nonce), **attested}
+    if init is None:
+        start = local_centers(data, party, n_clusters)
+        if start is not None:
+            common["local centers"], common["local sizes"] = start
     seeds = {}
     to_peers = {}
     for other in participants:
@@ -428,25 +423,8 @@ def blind_setup_step(
             seeds[other] = party.secret_bytes(32)
             message["pair seed"] = seeds[other]
         to_peers[other] = message
-    keep = {
-        LOCKED_TO: (__name__,),
-        _STATE: {
-            "stage": "set up",
-            "parameters": parameters,
-            "n_clusters": int(n_clusters),
-            "n_init": int(n_init),
-            "max_iter": int(max_iter),
-            "tol": float(tol),
-            "algorithm": algorithm,
-            "fuzzifier": fuzzifier,
-            "n_local_iter": n_local_iter,
-            "init": None if init is None else np.asarray(init, dtype=np.float64),
-            "participants": participants,
-            "nonce": nonce,
-            "seeds": seeds,
-            "own": common,
-        },
-    }
+    state = {**settings, "nonce": nonce, "seeds": seeds, "own": common}
+    keep = {LOCKED_TO: (__name__,), _STATE: state}
     return Reply(to_peers=to_peers, keep=keep, send=np.int8(0))
 
 

@@ -53,6 +53,7 @@ from ..node._gate import LOCKED_TO
 from ..node._refusal import NodeRefusal
 from ..secure._secure_sum import keystream
 from . import _fedkmeans_blind as blind
+from ._ffcm import local_centers
 
 TAG_PUBLIC = "verified set-up"
 TAG_AGREEMENT = "verified agreement"
@@ -212,18 +213,20 @@ def _local_digest(centers, sizes):
 
 # --------------------------------------------------------------------------- #
 # Client steps (the set-up is blind_setup_step with mode="verified")
-def verified_setup(party, participants, common, parameters, given):
+def verified_setup(party, settings, attested):
     """The set-up of ``mode="verified"``: seeds to neighbours, the code key, the public part.
 
+    ``settings`` are the fit's parameters as the node checked them and
+    ``attested`` its row count and binary order (:func:`~._fedkmeans_blind.blind_setup_step`).
     Pair seeds go to the node's neighbours only (those of higher index draw
     them); the lowest participant draws the key of the fit's codes, sends it
     sealed to every other participant, and tells the coordinator the draw of
     the nodes whose local centers make the start (a hash of the key: the
     coordinator cannot choose it). The coordinator gets the row count and the
-    binary order of the largest value; the local centers stay on the node
-    until the draw asks for them.
+    binary order of the largest value; the local centers are computed only
+    if the draw names the node.
     """
-    me = party.index
+    me, participants = party.index, settings["participants"]
     near = neighbours(participants, me)
     seeds, to_peers = {}, {}
     for other in near:
@@ -231,26 +234,15 @@ def verified_setup(party, participants, common, parameters, given):
             seeds[other] = party.secret_bytes(32)
             to_peers[other] = {"pair seed": seeds[other]}
     key = None
-    public = {"rows": common["rows"], "exponent": common["exponent"]}
+    public = dict(attested)
     if me == participants[0]:
         key = party.secret_bytes(32)
         for other in participants[1:]:
             to_peers[other] = {**to_peers.get(other, {}), "code key": key}
         public["draw"] = draw_digest(key)
-    init = given["init"]
     state = {
-        "stage": "set up",
+        **settings,
         "mode": "verified",
-        "parameters": parameters,
-        "n_clusters": int(given["n_clusters"]),
-        "n_init": int(given["n_init"]),
-        "max_iter": int(given["max_iter"]),
-        "tol": float(given["tol"]),
-        "algorithm": given["algorithm"],
-        "fuzzifier": given["fuzzifier"],
-        "n_local_iter": given["n_local_iter"],
-        "init": None if init is None else np.asarray(init, dtype=np.float64),
-        "participants": participants,
         "neighbours": near,
         "seeds": seeds,
         "key": key,
@@ -324,7 +316,7 @@ def verified_reveal_step(data, inbox, state, party):
         # coordinator can leave out no drawn node's centers unnoticed.
         # Only a drawn node computes its local centers: at 10,000 nodes the
         # others' local k-means would cost more than the whole fit.
-        local = blind.own_local_centers(party, data, kept["n_clusters"])
+        local = local_centers(data, party, kept["n_clusters"])
         centers, sizes = local or (np.empty((0, data.shape[1])), np.empty(0, np.int64))
         message["local centers"], message["local sizes"] = centers, sizes
         message["code"] = _keyed(

@@ -66,6 +66,15 @@ def ffcm_local_centers(data, inbox, state, party, *, n_centers):
     ``m`` rows sends nothing. k-means runs on the rows moved to their mean,
     so a large common offset costs no precision.
     """
+    return Reply(send=local_centers(data, party, n_centers))
+
+
+def local_centers(data, party, n_centers):
+    """What :func:`ffcm_local_centers` sends: ``(centers, sizes)``, or ``None`` if nothing.
+
+    The computation of the step, for the steps that send local centers
+    inside a message of their own (a blind or verified fit's start).
+    """
     policy = party.policy
     per_center = max(
         policy.min_rows_per_vector or 1,
@@ -73,7 +82,7 @@ def ffcm_local_centers(data, inbox, state, party, *, n_centers):
     )
     k = min(int(n_centers), data.shape[0] // per_center)
     if k < 1:
-        return Reply()
+        return None
     mean = data.mean(axis=0)
     shifted = data - mean
     local = local_kmeans(shifted, k, n_init=LOCAL_N_INIT, seed=party.seed)
@@ -89,8 +98,8 @@ def ffcm_local_centers(data, inbox, state, party, *, n_centers):
             if raw_row_matches(data, centers[j : j + 1], tolerance) is not None:
                 kept[j] = False
     if not kept.any():
-        return Reply()
-    return Reply(send=(centers[kept], sizes[kept].astype(np.int64)))
+        return None
+    return centers[kept], sizes[kept].astype(np.int64)
 
 
 def fill_small_clusters(X, labels, centers, min_size):
