@@ -20,6 +20,10 @@ Four modes, each meant to run as its own process under ``/usr/bin/time -v``
   for entry and gives the NMI between the two labelings;
 * ``euclid``: a blockwise ``euclidean_distances(squared=True)`` pass over the
   same rows (blocks of 1024 rows against all rows), the time to compare with;
+* ``floor``: the seven parties' exact float64 products alone (the default
+  prime's two-limb operands), on the protocol's tiles of the upper block
+  triangle and its block threads: the arithmetic floor of a faithful
+  simulation, measured;
 * ``solvers``: spectral clustering of the graph ``reference`` saved, once per
   eigensolver (``--solvers``), with the time of each and the NMI of each
   labeling against the first solver's.
@@ -31,6 +35,7 @@ Both spectral steps use the eigensolver the estimator chooses by default
     python benchmarks/omnifc_mnist_scale.py --mode secure --n 70000
     python benchmarks/omnifc_mnist_scale.py --mode reference --n 70000
     python benchmarks/omnifc_mnist_scale.py --mode euclid --n 70000
+    python benchmarks/omnifc_mnist_scale.py --mode floor --n 70000
     python benchmarks/omnifc_mnist_scale.py --mode solvers --n 20000 --solvers arpack,lobpcg,amg
 """
 
@@ -213,6 +218,57 @@ def run_solvers(y, n, solvers):
     return out
 
 
+def run_floor(X):
+    """The arithmetic floor: the seven parties' exact products alone, tile by tile.
+
+    Every party of the secure fit computes, for every tile of the upper block
+    triangle, one float64 product of its operands (the plan of
+    ``ModularProduct`` for the default prime: width ``2 d / l + 2``, two
+    limbs), on the protocol's blocks and block threads (one BLAS thread
+    each). Nothing else: no field arithmetic, messages, decoding or graph.
+    The operands are random residues of the real shapes, one pair for every
+    party (the products' speed does not depend on the values).
+    """
+    from skfedclust.secure._field import DEFAULT_PRIME, ModularProduct
+    from skfedclust.secure._lcc import BLOCK_SIZE
+    from skfedclust.secure._lcc_blocks import _run_blocks
+
+    n, d = X.shape
+    width = -(-d // 2)  # d / l with l = 2 segments
+    plan = ModularProduct.plan(DEFAULT_PRIME, width)
+    rng = np.random.default_rng(0)
+    z = rng.integers(0, DEFAULT_PRIME, size=(n, width)).astype(np.uint32)
+    norms = rng.normal(size=n)
+    left = plan.left_operand_from_residues(z, factor=-2, extra=[norms, 1.0])
+    right = plan.right_operand_from_residues(z, extra=[1.0, norms])
+    tiles = [
+        (a, min(a + BLOCK_SIZE, n), b, min(b + BLOCK_SIZE, n))
+        for a in range(0, n, BLOCK_SIZE)
+        for b in range(a, n, BLOCK_SIZE)
+    ]
+    scratch = {}
+
+    def task(tile):
+        import threading
+
+        out = scratch.setdefault(threading.get_ident(), np.empty((BLOCK_SIZE, BLOCK_SIZE)))
+        a0, a1, b0, b1 = tile
+        for _ in range(N_CLIENTS):
+            for lhs, rhs in zip(left, right):
+                np.matmul(lhs[a0:a1], rhs[b0:b1].T, out=out[: a1 - a0, : b1 - b0])
+
+    start = time.perf_counter()
+    _run_blocks(task, [(t,) for t in tiles], None)
+    seconds = time.perf_counter() - start
+    flops = sum(2 * (a1 - a0) * (b1 - b0) * left[0].shape[1] for a0, a1, b0, b1 in tiles)
+    return {
+        "seconds": seconds,
+        "tiles": len(tiles),
+        "operand_width": int(left[0].shape[1]),
+        "tflop": N_CLIENTS * flops / 1e12,
+    }
+
+
 def run_euclid(X):
     start = time.perf_counter()
     for a in range(0, len(X), BLOCK):
@@ -224,7 +280,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=70_000)
     parser.add_argument(
-        "--mode", choices=["secure", "reference", "euclid", "solvers"], required=True
+        "--mode", choices=["secure", "reference", "euclid", "solvers", "floor"], required=True
     )
     parser.add_argument("--solvers", default="arpack,lobpcg,amg", help="solvers mode")
     parser.add_argument("--q", type=int, default=None, help="precision (reference mode)")
@@ -241,6 +297,8 @@ def main():
         result = run_reference(X, y, args.n, q)
     elif args.mode == "solvers":
         result = run_solvers(y, args.n, args.solvers.split(","))
+    elif args.mode == "floor":
+        result = run_floor(X)
     else:
         result = run_euclid(X)
     result.update(

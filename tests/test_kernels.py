@@ -106,3 +106,62 @@ def test_large_operand_chunks_take_the_compiled_kernels(monkeypatch):
     assert called == ["_left_chunk_compiled", "_right_chunk_compiled"]
     # The NumPy twins did not run: nothing was written.
     assert np.isnan(out).all()
+
+
+def _sink_graph(D, tile, capacity_k, monkeypatch, compiled):
+    """Feed a NeighbourSink the upper block triangle of ``D``, both passes; its graph."""
+    from skfedclust.secure import _lcc_sinks
+
+    monkeypatch.setattr(_kernels, "COMPILED_MIN_ELEMENTS", 0 if compiled else 1 << 62)
+    # a small sample and window: the window is set after a few tiles, and
+    # misses the median (a second pass that recounts)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_SAMPLE", 40)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_WINDOW", 6)
+    n = len(D)
+    sink = _lcc_sinks.NeighbourSink(n, n_neighbors=capacity_k, median=True, value_bound=2**20)
+    starts = range(0, n, tile)
+    while True:
+        for a0 in starts:
+            for b0 in starts:
+                if b0 >= a0:
+                    a1, b1 = min(a0 + tile, n), min(b0 + tile, n)
+                    sink.add((a0, a1, b0, b1), D[a0:a1, b0:b1].astype(np.float64), 0.5)
+        if not sink.another_pass():
+            return sink.finish()
+
+
+@pytest.mark.parametrize("copies", [0, 6])
+def test_neighbour_sink_compiled_passes_keep_what_the_numpy_passes_keep(copies, monkeypatch):
+    rng = np.random.default_rng(copies)
+    n = 53
+    X = rng.integers(0, 60, size=(n, 3))
+    # copies of the first row: zero distances and crowded lists (the masked pass)
+    X[n - copies :] = X[0]
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=2)
+    graphs = [_sink_graph(D, 8, 2, monkeypatch, compiled) for compiled in (False, True)]
+    for field in ("first", "neighbours", "distances"):
+        _same(getattr(graphs[0], field), getattr(graphs[1], field))
+    assert graphs[0].median == graphs[1].median == np.median(D[np.triu_indices(n, 1)][
+        D[np.triu_indices(n, 1)] > 0] * 0.5)  # fmt: skip
+    assert graphs[0].masked == graphs[1].masked == (copies > 0)
+    assert graphs[0].passes == graphs[1].passes == 2
+    # the lists are the nearest (distance, index) pairs, ties to the lower index
+    for i in range(n):
+        listed = graphs[1].neighbours[i][graphs[1].neighbours[i] >= 0]
+        if not graphs[1].masked:
+            order = sorted((D[i, j], j) for j in range(n) if j != i)
+            assert listed.tolist() == [j for _, j in order[: len(listed)]]
+
+
+def test_large_tiles_take_the_compiled_sink_passes(monkeypatch):
+    called = []
+    monkeypatch.setattr(_kernels, "_nearest_rows_compiled", lambda *a: called.append("rows"))
+    monkeypatch.setattr(_kernels, "_nearest_columns_compiled", lambda *a: called.append("cols"))
+    big = np.zeros((_kernels.COMPILED_MIN_ELEMENTS, 1), dtype=np.int64)
+    keys = np.full((len(big), 2), 5, dtype=np.int64)
+    first = np.arange(len(big))
+    assert _kernels.merge_nearest(keys, big, 0, 0, False, first, False)
+    assert _kernels.merge_nearest(keys, big, 0, 0, False, first, False, columns=True)
+    assert called == ["rows", "cols"]
+    assert not _kernels.merge_nearest(keys, big[:10], 0, 0, False, first, False)
+    assert (keys == 5).all()

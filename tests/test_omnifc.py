@@ -986,13 +986,18 @@ def _same_sparse(A, B):
     )
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("copies", [0, 4])
 @pytest.mark.parametrize("block", [512, 48])
-def test_streamed_graph_equals_the_graph_of_the_exact_distances(copies, block, monkeypatch):
-    from skfedclust.secure import _lcc
+def test_streamed_graph_equals_the_graph_of_the_exact_distances(
+    copies, block, compiled, monkeypatch
+):
+    from skfedclust.secure import _kernels, _lcc
 
     # small blocks: many tiles on both threads, rows meeting their copies off the diagonal
     monkeypatch.setattr(_lcc, "BLOCK_SIZE", block)
+    # the compiled passes (every tile of a large fit) or their NumPy twins
+    monkeypatch.setattr(_kernels, "COMPILED_MIN_ELEMENTS", 0 if compiled else 1 << 62)
     X = _tied_with_duplicates(copies=copies)
     est = OmniFCClustering(4, random_state=0).fit(X)
     assert not hasattr(est, "dissimilarity_matrix_")

@@ -57,9 +57,10 @@ def release_free_heap():
     allocations from fresh mappings and serves them from per-thread heaps,
     whose freed pages stay with the process: at 20,000 rows the resident
     memory of OmniFC's distance round grew from 1.2 to 1.7 GiB that way,
-    with nothing alive. ``malloc_trim(0)`` after each exchange returns those
-    pages without changing the process's allocator settings. Elsewhere a
-    no-op.
+    with nothing alive. ``malloc_trim(0)`` after each pass over the tiles
+    returns those pages without changing the process's allocator settings
+    (not after each exchange: the next exchange's messages would take every
+    page again, one fault each). Elsewhere a no-op.
     """
     trim = _malloc_trim()
     if trim is not None:

@@ -331,3 +331,108 @@ def row_norms(z, p, out):
     r = np.mod(np.mod(v * v, p).sum(axis=1), p)
     out[:] = np.where(r > p // 2, r - p, r).astype(np.float64)
     return None
+
+
+# --------------------------------------------------------------------------- #
+# The neighbour sink's passes over a decoded tile (``_lcc_sinks``)
+# --------------------------------------------------------------------------- #
+@_jit
+def _largest(row):
+    # position and value of the largest key kept for a row
+    worst, value = 0, row[0]
+    for c in range(1, row.size):
+        if row[c] > value:
+            worst, value = c, row[c]
+    return worst, value
+
+
+@_jit
+def _nearest_rows_compiled(kept, ints, row0, col0, diagonal, first, masked):
+    n, m = ints.shape
+    for i in range(n):
+        row = kept[row0 + i]
+        worst, value = _largest(row)
+        for j in range(m):
+            col = col0 + j
+            if (diagonal and j == i) or (masked and first[col] != col):
+                continue
+            key = (ints[i, j] << 32) | col
+            if key < value:
+                row[worst] = key
+                worst, value = _largest(row)
+
+
+@_jit
+def _nearest_columns_compiled(kept, ints, row0, col0, first, masked):
+    n, m = ints.shape
+    worst = np.empty(m, dtype=np.int64)
+    value = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        worst[j], value[j] = _largest(kept[col0 + j])
+    # row by row through the tile (in cache), each column's largest key at hand
+    for i in range(n):
+        source = row0 + i
+        if masked and first[source] != source:
+            continue
+        for j in range(m):
+            key = (ints[i, j] << 32) | source
+            if key < value[j]:
+                row = kept[col0 + j]
+                row[worst[j]] = key
+                worst[j], value[j] = _largest(row)
+
+
+def merge_nearest(kept, ints, row0, col0, diagonal, first, masked, *, columns=False):
+    """Fold a tile's ``(distance << 32) | index`` keys into the rows' smallest ``kept`` keys.
+
+    ``columns=False``: row ``row0 + i`` of ``kept`` takes the keys of the
+    tile's row ``i`` (index ``col0 + j``; the diagonal left out of a
+    ``diagonal`` tile); ``columns=True``: row ``col0 + j`` takes those of the
+    tile's column ``j`` (index ``row0 + i``). With ``masked``, indices whose
+    ``first`` is not themselves are left out. Every kept row then holds the
+    ``kept.shape[1]`` smallest of its old and new keys, in no order: the
+    same set as a partition of both (the keys of a row are distinct), in one
+    pass over the tile instead of a partition of every row.
+    Returns False when the tile is too small for the compiled kernel (the
+    caller partitions).
+    """
+    if not _compiled(ints.size):
+        return False
+    if columns:
+        _nearest_columns_compiled(kept, ints, row0, col0, first, masked)
+    else:
+        _nearest_rows_compiled(kept, ints, row0, col0, diagonal, first, masked)
+    return True
+
+
+@_jit
+def _count_window_compiled(ints, diagonal, shift, coarse, add_coarse, lo, hi, counts):
+    n, m = ints.shape
+    below = 0
+    above = 0
+    for i in range(n):
+        for j in range(i + 1 if diagonal else 0, m):
+            v = ints[i, j]
+            if v <= 0:
+                continue
+            if add_coarse:
+                coarse[v >> shift] += 1
+            if v < lo:
+                below += 1
+            elif v >= hi:
+                above += 1
+            else:
+                counts[v - lo] += 1
+    return below, above
+
+
+def count_window(ints, diagonal, shift, coarse, add_coarse, lo, hi, counts):
+    """Count a tile's positive entries (upper triangle of a ``diagonal`` one) in one pass.
+
+    ``coarse[v >> shift] += 1`` (if ``add_coarse``), ``counts[v - lo] += 1``
+    inside ``[lo, hi)``; returns ``(below, above)`` the window, or None when
+    the tile is too small for the compiled kernel.
+    """
+    if not _compiled(ints.size):
+        return None
+    return _count_window_compiled(ints, diagonal, shift, coarse, add_coarse, lo, hi, counts)

@@ -125,6 +125,25 @@ class _StreamingMedian:
         self.result = None
         self.recount = False
 
+    def add_tile(self, ints, diagonal):
+        """Count a tile's positive entries (the strict upper triangle of a diagonal one)."""
+        from ._kernels import count_window
+
+        if self.window is not None:
+            # One compiled pass once the window is set (all but the first
+            # MEDIAN_SAMPLE values): the same counts as add() gives.
+            with self.lock:
+                lo, hi = self.window
+                counted = count_window(
+                    ints, diagonal, self.shift, self.coarse, not self.recount, lo, hi, self.counts
+                )
+                if counted is not None:
+                    self.below += int(counted[0])
+                    self.above += int(counted[1])
+                    return
+        upper = ints[np.triu_indices(ints.shape[0], 1, ints.shape[1])] if diagonal else ints.ravel()
+        self.add(upper[upper > 0])
+
     def add(self, values):
         """Count a 1-D int64 array of nonzero values (any thread)."""
         coarse = np.bincount(values >> self.shift, minlength=self.coarse.size)
@@ -249,12 +268,12 @@ class NeighbourSink:
             return self._locks.setdefault(start, threading.Lock())
 
     def add(self, tile, values, scale):
-        """Fold one decoded tile (integers as float64) into what is kept."""
+        """Fold one decoded tile (integers, as int64 or float64) into what is kept."""
         self.scale = scale
         a0, a1, b0, b1 = tile
         diagonal = a0 == b0
         second = self.passes > 1
-        ints = values.astype(np.int64)
+        ints = values.astype(np.int64, copy=False)
         if self.dense is not None and not second:
             self.dense.add(tile, values, scale)
         if not second:
@@ -262,8 +281,7 @@ class NeighbourSink:
             if self.radius is not None:
                 self._within_radius(ints, a0, b0, diagonal, scale)
         if self.median is not None and self.median.result is None:
-            upper = ints[np.triu_indices(a1 - a0, 1)] if diagonal else ints.ravel()
-            self.median.add(upper[upper > 0])
+            self.median.add_tile(ints, diagonal)
         if self.capacity and (not second or self.masked):
             self._nearest(ints, a0, b0, a1, b1, diagonal)
 
@@ -298,6 +316,17 @@ class NeighbourSink:
             self.pairs.extend(parts)
 
     def _nearest(self, ints, a0, b0, a1, b1, diagonal):
+        from ._kernels import merge_nearest
+
+        with self._rows_lock(("keys", a0)):
+            merged = merge_nearest(self.keys, ints, a0, b0, diagonal, self.first, self.masked)
+        if merged:
+            if not diagonal:
+                with self._rows_lock(("keys", b0)):
+                    merge_nearest(
+                        self.keys, ints, a0, b0, False, self.first, self.masked, columns=True
+                    )
+            return
         keys = ints << 32
         keys |= np.arange(b0, b1, dtype=np.int64)[None, :]
         if diagonal:
