@@ -513,7 +513,7 @@ client's masked upload never arrives, the sum is over the others.
   are ChaCha20 keystreams (SHAKE-128 for short vectors) under keys of 128 bits or more,
   and every node keys what it adds for its rules (three SHA-256 digests of the values).
   Per client and sum, at `d = 10,000` and degree 4, that is five keystreams of 80 KB
-  (about 0.11 ms) and 120 KB hashed (about 0.07 ms) besides the rest of a node's work
+  (about 0.11 ms) and 240 KB hashed (about 0.13 ms) besides the rest of a node's work
   (about 0.4 ms per client and sum whatever `d`: the node's checks, Shamir shares,
   digests, the runtime): the ratios are lowest with few clients and long vectors, where
   Flower's key agreement is cheapest and the package's cryptographic masks cost most.

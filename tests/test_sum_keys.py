@@ -370,3 +370,24 @@ def test_client_sets_given_as_the_roster_less_some_isolate_what_lists_isolate():
         assert bool(compact) == bool(expected)
         if expected:
             assert len(compact) == len(expected)
+
+
+def test_value_keys_keep_the_byte_layout_privacy_ledgers_hold():
+    # A deployed node's privacy ledger keeps these keys across fits (and
+    # versions of the package): a key hashed another way would never match
+    # one it holds, and a repeat of a statistic would pass unseen.
+    import hashlib
+    import math
+
+    values = np.array([12.3, -3.7, 0.9, 0.0])
+    order = math.frexp(12.3)[1]
+    expected = []
+    for k in range(3):
+        cells = np.floor(np.ldexp(values, 16 - order) + k / 3).astype(np.int64)
+        h = hashlib.sha256(b"skfedclust secure sum")
+        h.update(b"s" + repr(b"plaintext value").encode())
+        h.update(b"s%d" % order)
+        h.update(b"s%d" % k)
+        h.update(b"a" + cells.dtype.str.encode() + repr(cells.shape).encode() + cells.tobytes())
+        expected.append(h.digest())
+    assert value_keys(values) == tuple(expected)

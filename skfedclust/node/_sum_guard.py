@@ -404,10 +404,11 @@ def value_keys(values):
         return (public_digest(b"plaintext", values),)
     order = math.frexp(float(np.max(np.abs(values))))[1]
     scaled = np.ldexp(values, CANONICAL_BITS - order)  # exact: a power of two
-    # Every |cell| is at most 2**CANONICAL_BITS: hashed as int32, half the
-    # bytes of int64 (the hash is most of a long vector's cost).
+    # The cells are hashed as int64, as every earlier version of the node did:
+    # a privacy ledger keeps these keys across fits, and keys hashed another
+    # way would never match the ones it holds.
     return tuple(
-        public_digest(b"plaintext value", order, k, np.floor(scaled + k / _GRIDS).astype(np.int32))
+        public_digest(b"plaintext value", order, k, np.floor(scaled + k / _GRIDS).astype(np.int64))
         for k in range(_GRIDS)
     )
 
