@@ -1060,6 +1060,45 @@ def test_a_second_pass_settles_the_median_and_crowded_neighbour_lists(monkeypatc
     assert extra == 7 * 4 * n * (n - 1) // 2
 
 
+@pytest.mark.parametrize("spread", [True, False])
+def test_the_median_sample_spans_the_matrix_when_rows_come_by_client(spread, monkeypatch):
+    from skfedclust.secure import _lcc
+
+    # 16-row blocks, rectangles of several tiles, a sample of about six tiles
+    monkeypatch.setattr(_lcc, "BLOCK_SIZE", 16)
+    monkeypatch.setattr(_lcc, "MIN_EXCHANGE_BYTES", 4 * 7 * 16 * 16 * 9)
+    monkeypatch.setattr(_lcc_sinks, "MEDIAN_SAMPLE", 6 * 16 * 16)
+    if not spread:
+        # the plan without its spread first tiles: the first rectangles alone
+        monkeypatch.setattr(_lcc, "_sample_tiles", lambda rectangles, symmetric: {})
+    # Non-IID rows in client order: ten groups, one after the other (as
+    # clients that each hold a few classes). The first rectangles hold
+    # distances within the first groups only; most pairs are between groups.
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 3, size=(10, 5))
+    X = np.concatenate([rng.normal(c, 1.0, size=(60, 5)) for c in centers])
+    D = ((X[:, None] - X[None]) ** 2).sum(axis=2)
+    n = len(X)
+    upper = np.triu_indices(n, 1)
+    # the values the streaming median keeps as its sample: the first tiles' entries
+    sample, tiles = [], [t for e in _lcc.tile_exchanges(n, n, 7, symmetric=True) for t in e]
+    for a0, a1, b0, b1 in tiles:
+        block = D[a0:a1, b0:b1]
+        sample += list(block[np.triu_indices(a1 - a0, 1)] if a0 == b0 else block.ravel())
+        if len(sample) >= _lcc_sinks.MEDIAN_SAMPLE:
+            break
+    # where the sample's median falls among all pairs (0.5: a fair sample)
+    rank = np.mean(D[upper] < np.median(sample))
+    if spread:
+        assert abs(rank - 0.5) < 0.1
+    else:
+        assert abs(rank - 0.5) > 0.25
+    # Either plan still sends every tile once.
+    assert sorted(tiles) == sorted(
+        (a, min(a + 16, n), b, min(b + 16, n)) for a in range(0, n, 16) for b in range(a, n, 16)
+    )
+
+
 @pytest.mark.parametrize("sample, window", [(2**22, 2**23), (100, 2**20), (100, 8)])
 def test_streaming_median_is_exact(sample, window, monkeypatch):
 

@@ -673,9 +673,15 @@ def tile_exchanges(n_rows, n_cols, n_parties, *, symmetric):
     The tiles of an exchange form a rectangle of row blocks against column
     blocks, so that a party prepares each block's operands once for several
     tiles, and the rectangles are visited spread over the matrix (bit-reversed
-    order), so that the first exchanges are a fair sample of all pairs. The
-    plan depends on public sizes only, so every runtime makes the same
-    exchanges.
+    order). A symmetric matrix first sends tiles picked over the whole
+    matrix (bit-reversed positions in its list of tiles), as many as hold the
+    streaming median's sample (:data:`._lcc_sinks.MEDIAN_SAMPLE` values): the
+    window in which the median is counted is set from that sample, and a
+    rectangle is no fair sample of all pairs when the rows come in client
+    order and the clients differ (Non-IID rows meet only their own kind
+    there: the window missed the median, and a second pass over every tile
+    doubled the fit). The plan depends on public sizes only, so every
+    runtime makes the same exchanges.
 
     Returns
     -------
@@ -702,18 +708,42 @@ def tile_exchanges(n_rows, n_cols, n_parties, *, symmetric):
             ]
             if tiles:
                 rectangles.append(tiles)
-    exchanges, current, size = [], [], 0
+    first = _sample_tiles(rectangles, symmetric)
+    ordered = list(first)
     for r in _spread_order(len(rectangles)):
-        for tile in rectangles[r]:
-            nbytes = ELEMENT_BYTES * tile_elements(tile, symmetric)
-            if current and size + nbytes > limit:
-                exchanges.append(current)
-                current, size = [], 0
-            current.append(tile)
-            size += nbytes
+        ordered += [tile for tile in rectangles[r] if tile not in first]
+    exchanges, current, size = [], [], 0
+    for tile in ordered:
+        nbytes = ELEMENT_BYTES * tile_elements(tile, symmetric)
+        if current and size + nbytes > limit:
+            exchanges.append(current)
+            current, size = [], 0
+        current.append(tile)
+        size += nbytes
     if current:
         exchanges.append(current)
     return exchanges
+
+
+def _sample_tiles(rectangles, symmetric):
+    """Tiles spread over a symmetric matrix that hold the streaming median's sample.
+
+    Bit-reversed positions in the list of all tiles (row-major), taken until
+    their entries reach ``MEDIAN_SAMPLE``; none for a query matrix (no
+    median). Returns a dict (ordered, fast membership).
+    """
+    from . import _lcc_sinks
+
+    if not symmetric:
+        return {}
+    tiles = sorted(tile for rectangle in rectangles for tile in rectangle)
+    picked, values = {}, 0
+    for k in _spread_order(len(tiles)):
+        if values >= _lcc_sinks.MEDIAN_SAMPLE:
+            break
+        picked[tiles[k]] = None
+        values += tile_elements(tiles[k], symmetric)
+    return picked
 
 
 def streamed_exchange(
