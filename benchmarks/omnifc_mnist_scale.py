@@ -47,6 +47,7 @@ import json
 import logging
 import os
 import resource
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -250,8 +251,6 @@ def run_floor(X):
     scratch = {}
 
     def task(tile):
-        import threading
-
         out = scratch.setdefault(threading.get_ident(), np.empty((BLOCK_SIZE, BLOCK_SIZE)))
         a0, a1, b0, b1 = tile
         for _ in range(N_CLIENTS):

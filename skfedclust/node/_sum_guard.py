@@ -337,6 +337,16 @@ def keyed_by_inputs(reason):
     return mark
 
 
+def ldexp_exponents(shift):
+    """Binary exponents for ``np.ldexp`` as C ints, clipped to ``±4096``.
+
+    ``np.ldexp`` takes C-int exponents ten times faster than int64 ones; a
+    float64 scaled by ``2**4096`` (or ``2**-4096``) is already infinite (or
+    0), so the clip changes no result.
+    """
+    return np.clip(np.asarray(shift, dtype=np.int64), -4096, 4096).astype(np.intc)
+
+
 def decoded_values(array, shift=None):
     """The real values an array a node adds stands for, as float64.
 
@@ -346,9 +356,7 @@ def decoded_values(array, shift=None):
     """
     array = np.asarray(array)
     if array.dtype.kind in "iu" and shift is not None:
-        # As C ints: np.ldexp takes them ten times faster than int64 exponents
-        # (float64 exponents span less than 2**12 either way).
-        shift = np.clip(np.asarray(shift, dtype=np.int64), -4096, 4096).astype(np.intc)
+        shift = ldexp_exponents(shift)
         if shift.ndim:
             shift = np.broadcast_to(shift, array.shape)
         return np.ldexp(array.astype(np.float64), shift)

@@ -86,6 +86,7 @@ from ..node._sum_guard import (
     decoded_values,
     harary_neighbours_of,
     joined,
+    ldexp_exponents,
     open_sum_of,
     public_digest,
     record_of,
@@ -386,18 +387,16 @@ def _entry_shifts(shift, shape):
     """The shift of each entry of an array of ``shape`` (flattened), shared or per entry.
 
     A per-entry shift (a list) covers the last axis and repeats over the
-    others: bounds per feature of a matrix of per-feature sums. As C ints:
-    ``np.ldexp`` takes them ten times faster than int64 exponents (clipped to
-    ``±4096``, where a float64 scaled by ``2**shift`` is already infinite or 0:
-    the same encoding).
+    others: bounds per feature of a matrix of per-feature sums. A shared shift
+    stays one number; both as :func:`ldexp_exponents` gives them.
     """
-    shift = np.clip(np.asarray(shift, dtype=np.int64), -4096, 4096).astype(np.intc)
+    shift = ldexp_exponents(shift)
     if shift.ndim == 0:
         return shift
     if not len(shape):
         return shift.ravel()
     # np.broadcast_to's result, ravelled: an assignment broadcasts in one call.
-    entries = np.empty(shape, dtype=np.int64)
+    entries = np.empty(shape, dtype=shift.dtype)
     entries[...] = shift
     return entries.ravel()
 
